@@ -1,0 +1,119 @@
+"""Settings, resolved once: command-line flags > ``AUTORETRY_*`` env > config.toml > defaults.
+
+The retry policy tables (``[budgets.*]``, ``[providers.*]``, ``[messages]``) are kept raw here
+and validated by ``opencode_autoretry.budget.load_policy``; this module validates the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from opencode_autoretry import paths
+
+POLICY_TABLES = ("budgets", "providers", "messages")
+
+
+class SettingsError(ValueError):
+    """Bad configuration: the message names the file or variable and the key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    opencode_db: Path = field(default_factory=paths.default_opencode_db)
+    store: Path = field(default_factory=paths.store_path)
+    socket: Path = field(default_factory=paths.socket_path)
+    log_dir: Path = field(default_factory=paths.log_dir)
+    enabled: bool = True
+    poll_interval: float = 60.0  # seconds between fallback DB polls
+    tick_interval: float = 1.0  # seconds between stall/deadline checks
+    stall_timeout: float = 180.0  # seconds busy without progress before a stall abort
+    runaway_steps: int = 6  # consecutive finish=unknown zero-token steps = runaway
+    verbose: bool = False
+    policy: Mapping[str, Any] = field(default_factory=dict)  # raw budgets/providers/messages
+
+
+_PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
+_POSITIVE = {"poll_interval", "tick_interval", "stall_timeout", "runaway_steps"}
+
+
+def _field_types() -> dict[str, str]:
+    return {f.name: str(f.type) for f in fields(Settings) if f.name != "policy"}
+
+
+def _coerce(name: str, raw: object, origin: str) -> object:
+    kind = _field_types()[name]
+    try:
+        if name in _PATH_FIELDS:
+            return Path(str(raw)).expanduser()
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        value: float | int = int(str(raw)) if kind == "int" else float(str(raw))
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{origin}: {name} = {raw!r} is not a valid {kind}") from exc
+    if name in _POSITIVE and value <= 0:
+        raise SettingsError(f"{origin}: {name} must be greater than 0, got {raw!r}")
+    return value
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    if not path.exists():
+        return {}
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read: {exc}") from exc
+
+
+def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
+    known = _field_types()
+    values: dict[str, object] = {}
+    for key, raw in table.items():
+        if key in POLICY_TABLES:
+            continue
+        if key not in known:
+            choices = ", ".join(sorted([*known, *POLICY_TABLES]))
+            raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
+        values[key] = _coerce(key, raw, origin)
+    return values
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name in _field_types():
+        raw = environ.get(f"AUTORETRY_{name.upper()}")
+        if raw is not None and raw != "":
+            values[name] = _coerce(name, raw, f"AUTORETRY_{name.upper()}")
+    return values
+
+
+def resolve(
+    flags: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+) -> Settings:
+    """Build the one Settings object: flags > env > config file > defaults."""
+    env = os.environ if environ is None else environ
+    path = config_path or Path(env.get("AUTORETRY_CONFIG") or paths.config_file())
+    table = read_config_file(path)
+    values = _from_file(table, str(path))
+    values.update(_from_env(env))
+    for key, raw in (flags or {}).items():
+        if raw is not None:
+            values[key] = _coerce(key, raw, f"--{key.replace('_', '-')}")
+    policy = {key: table[key] for key in POLICY_TABLES if key in table}
+    return replace(Settings(), **values, policy=policy)  # type: ignore[arg-type]

@@ -1,0 +1,348 @@
+"""The daemon's own SQLite store: budgets, decisions, injections, the switch, the heartbeat.
+
+Budgets (turn ledgers) live in their own table, apart from anything transient: nothing in the
+daemon's in-memory view can reset them. ``Store`` is the daemon's writer; ``StoreView`` is the
+read-only view the reports and ``autoretry status`` use (opened ``mode=ro``; a missing store
+reads as empty so reports work before the daemon ever ran).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import sqlite_utils
+
+from opencode_autoretry.models import BudgetGroup, Decision, TurnLedger, from_epoch_ms, to_epoch_ms
+
+GLOBAL_SCOPE = "*"
+OPEN_STATES = ("intent", "sent")
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: the initial schema
+    """
+    CREATE TABLE turns (
+        session_id TEXT NOT NULL, turn_id TEXT NOT NULL,
+        used TEXT NOT NULL DEFAULT '{}', exhausted TEXT NOT NULL DEFAULT '[]',
+        user_aborted INTEGER NOT NULL DEFAULT 0, updated INTEGER NOT NULL,
+        PRIMARY KEY (session_id, turn_id));
+    CREATE TABLE current_turn (
+        session_id TEXT PRIMARY KEY, turn_id TEXT NOT NULL, at INTEGER NOT NULL);
+    CREATE TABLE decisions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, session_id TEXT NOT NULL,
+        turn_id TEXT, message_id TEXT, kind TEXT, action TEXT NOT NULL, reason TEXT NOT NULL,
+        grp TEXT, text TEXT, due INTEGER, used_before INTEGER NOT NULL DEFAULT 0,
+        used_after INTEGER NOT NULL DEFAULT 0, lim INTEGER NOT NULL DEFAULT 0);
+    CREATE INDEX decisions_session ON decisions (session_id, id);
+    CREATE TABLE injections (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, decision_id INTEGER NOT NULL REFERENCES decisions(id),
+        session_id TEXT NOT NULL, turn_id TEXT, text TEXT NOT NULL, due INTEGER,
+        state TEXT NOT NULL, created INTEGER NOT NULL, sent_at INTEGER, confirmed_at INTEGER,
+        message_id TEXT, error TEXT);
+    CREATE INDEX injections_session ON injections (session_id, id);
+    CREATE INDEX injections_state ON injections (state);
+    CREATE TABLE switches (scope TEXT PRIMARY KEY, enabled INTEGER NOT NULL, at INTEGER NOT NULL);
+    CREATE TABLE heartbeat (id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL,
+        pid INTEGER NOT NULL, info TEXT NOT NULL);
+    """,
+)
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened or read (one line, shown to the user as is)."""
+
+
+@dataclass(frozen=True)
+class DecisionRecord:
+    id: int
+    at: datetime
+    session_id: str
+    turn_id: str | None
+    message_id: str | None
+    kind: str | None
+    action: str
+    reason: str
+    group: str | None
+    text: str | None
+    due: datetime | None
+    used_before: int
+    used_after: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class InjectionRecord:
+    id: int
+    decision_id: int
+    session_id: str
+    turn_id: str | None
+    text: str
+    due: datetime | None
+    state: str
+    created: datetime
+    sent_at: datetime | None
+    confirmed_at: datetime | None
+    message_id: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    at: datetime
+    pid: int
+    info: Mapping[str, Any]
+
+
+def _ms(value: datetime | None) -> int | None:
+    return None if value is None else to_epoch_ms(value)
+
+
+def _decision_from_row(row: Mapping[str, Any]) -> DecisionRecord:
+    return DecisionRecord(
+        id=row["id"], at=from_epoch_ms(row["at"]),  # type: ignore[arg-type]
+        session_id=row["session_id"], turn_id=row["turn_id"], message_id=row["message_id"],
+        kind=row["kind"], action=row["action"], reason=row["reason"], group=row["grp"],
+        text=row["text"], due=from_epoch_ms(row["due"]), used_before=row["used_before"],
+        used_after=row["used_after"], limit=row["lim"],
+    )
+
+
+def _injection_from_row(row: Mapping[str, Any]) -> InjectionRecord:
+    return InjectionRecord(
+        id=row["id"], decision_id=row["decision_id"], session_id=row["session_id"],
+        turn_id=row["turn_id"], text=row["text"], due=from_epoch_ms(row["due"]),
+        state=row["state"], created=from_epoch_ms(row["created"]),  # type: ignore[arg-type]
+        sent_at=from_epoch_ms(row["sent_at"]), confirmed_at=from_epoch_ms(row["confirmed_at"]),
+        message_id=row["message_id"], error=row["error"],
+    )
+
+
+def _ledger_from_row(row: Mapping[str, Any]) -> TurnLedger:
+    used = {BudgetGroup(k): int(v) for k, v in json.loads(row["used"]).items()}
+    exhausted = frozenset(BudgetGroup(g) for g in json.loads(row["exhausted"]))
+    return TurnLedger(
+        session_id=row["session_id"], turn_id=row["turn_id"], used=used,
+        exhausted=exhausted, user_aborted=bool(row["user_aborted"]),
+    )
+
+
+class _Reader:
+    """Queries shared by the writer and the read-only view."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        conn.row_factory = sqlite3.Row
+        self._conn = conn
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        return self._conn.execute(sql, params).fetchall()
+
+    def _filtered(
+        self, table: str, time_col: str, session_id: str | None, since: datetime | None,
+        convert: Callable[[Mapping[str, Any]], Any],
+    ) -> list[Any]:
+        clauses, params = [], []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        if since is not None:
+            clauses.append(f"{time_col} >= ?")
+            params.append(to_epoch_ms(since))
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        return [convert(r) for r in self._rows(f"SELECT * FROM {table} {where} ORDER BY id",
+                                                tuple(params))]
+
+    def decisions(
+        self, session_id: str | None = None, since: datetime | None = None
+    ) -> list[DecisionRecord]:
+        return self._filtered("decisions", "at", session_id, since, _decision_from_row)
+
+    def injections(
+        self, session_id: str | None = None, since: datetime | None = None
+    ) -> list[InjectionRecord]:
+        return self._filtered("injections", "created", session_id, since, _injection_from_row)
+
+    def ledgers(self, session_id: str | None = None) -> list[TurnLedger]:
+        if session_id is None:
+            rows = self._rows("SELECT * FROM turns ORDER BY updated")
+        else:
+            rows = self._rows("SELECT * FROM turns WHERE session_id = ? ORDER BY updated",
+                              (session_id,))
+        return [_ledger_from_row(r) for r in rows]
+
+    def load_ledger(self, session_id: str, turn_id: str) -> TurnLedger | None:
+        rows = self._rows("SELECT * FROM turns WHERE session_id = ? AND turn_id = ?",
+                          (session_id, turn_id))
+        return _ledger_from_row(rows[0]) if rows else None
+
+    def current_turn(self, session_id: str) -> str | None:
+        rows = self._rows("SELECT turn_id FROM current_turn WHERE session_id = ?", (session_id,))
+        return rows[0]["turn_id"] if rows else None
+
+    def open_injections(self, session_id: str | None = None) -> list[InjectionRecord]:
+        sql = "SELECT * FROM injections WHERE state IN (?, ?)"
+        params: tuple[Any, ...] = OPEN_STATES
+        if session_id is not None:
+            sql += " AND session_id = ?"
+            params = (*params, session_id)
+        return [_injection_from_row(r) for r in self._rows(sql + " ORDER BY id", params)]
+
+    def is_enabled(self, session_id: str | None = None) -> bool:
+        """Off globally wins; a per-session switch applies on top of a global on."""
+        scopes = {r["scope"]: bool(r["enabled"]) for r in self._rows("SELECT * FROM switches")}
+        if not scopes.get(GLOBAL_SCOPE, True):
+            return False
+        return True if session_id is None else scopes.get(session_id, True)
+
+    def switches(self) -> dict[str, bool]:
+        return {r["scope"]: bool(r["enabled"]) for r in self._rows("SELECT * FROM switches")}
+
+    def heartbeat(self) -> Heartbeat | None:
+        rows = self._rows("SELECT * FROM heartbeat WHERE id = 1")
+        if not rows:
+            return None
+        row = rows[0]
+        return Heartbeat(at=from_epoch_ms(row["at"]), pid=row["pid"],  # type: ignore[arg-type]
+                         info=json.loads(row["info"]))
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _migrate(db: sqlite_utils.Database) -> None:
+    db.execute(
+        "CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied INTEGER)"
+    )
+    done = {row[0] for row in db.execute("SELECT version FROM migrations").fetchall()}
+    for version, script in enumerate(MIGRATIONS, start=1):
+        if version in done:
+            continue
+        with db.conn:
+            db.conn.executescript(script)
+            db.execute("INSERT INTO migrations VALUES (?, strftime('%s','now'))", [version])
+
+
+class Store(_Reader):
+    """The daemon's writer. One process writes; every write is its own transaction."""
+
+    def __init__(self, db: sqlite_utils.Database) -> None:
+        super().__init__(db.conn)
+        self._db = db
+
+    @classmethod
+    def open(cls, path: Path) -> Store:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            db = sqlite_utils.Database(conn)
+            _migrate(db)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot open the autoretry store {path}: {exc}") from exc
+        os.chmod(path, 0o600)
+        return cls(db)
+
+    def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        with self._conn:
+            cursor = self._conn.execute(sql, params)
+        return int(cursor.lastrowid or 0)
+
+    def save_ledger(self, ledger: TurnLedger, at: datetime | None = None) -> None:
+        used = json.dumps({str(k): v for k, v in sorted(ledger.used.items())})
+        exhausted = json.dumps(sorted(str(g) for g in ledger.exhausted))
+        stamp = _ms(at) or 0
+        self._write(
+            "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, turn_id) DO "
+            "UPDATE SET used=excluded.used, exhausted=excluded.exhausted, "
+            "user_aborted=excluded.user_aborted, updated=excluded.updated",
+            (ledger.session_id, ledger.turn_id, used, exhausted, int(ledger.user_aborted), stamp),
+        )
+
+    def set_current_turn(self, session_id: str, turn_id: str, at: datetime) -> None:
+        self._write(
+            "INSERT INTO current_turn VALUES (?, ?, ?) ON CONFLICT (session_id) DO UPDATE "
+            "SET turn_id=excluded.turn_id, at=excluded.at",
+            (session_id, turn_id, to_epoch_ms(at)),
+        )
+
+    def record_decision(
+        self, decision: Decision, at: datetime, message_id: str | None = None
+    ) -> int:
+        return self._write(
+            "INSERT INTO decisions (at, session_id, turn_id, message_id, kind, action, reason, "
+            "grp, text, due, used_before, used_after, lim) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                to_epoch_ms(at), decision.session_id, decision.turn_id, message_id,
+                decision.kind and str(decision.kind), str(decision.action), decision.reason,
+                decision.group and str(decision.group), decision.text, _ms(decision.due),
+                decision.used_before, decision.used_after, decision.limit,
+            ),
+        )
+
+    def record_intent(
+        self, decision_id: int, session_id: str, turn_id: str | None, text: str,
+        due: datetime | None, at: datetime | None = None,
+    ) -> int:
+        created = _ms(at) or _ms(due) or 0
+        return self._write(
+            "INSERT INTO injections (decision_id, session_id, turn_id, text, due, state, created) "
+            "VALUES (?, ?, ?, ?, ?, 'intent', ?)",
+            (decision_id, session_id, turn_id, text, _ms(due), created),
+        )
+
+    def _move(self, injection_id: int, state: str, sets: str, params: tuple[Any, ...]) -> None:
+        self._write(f"UPDATE injections SET state = ?, {sets} WHERE id = ?",
+                    (state, *params, injection_id))
+
+    def mark_sent(self, injection_id: int, at: datetime) -> None:
+        self._move(injection_id, "sent", "sent_at = ?", (to_epoch_ms(at),))
+
+    def mark_confirmed(self, injection_id: int, at: datetime, message_id: str | None) -> None:
+        self._move(injection_id, "confirmed", "confirmed_at = ?, message_id = ?",
+                   (to_epoch_ms(at), message_id))
+
+    def mark_failed(self, injection_id: int, at: datetime, error: str) -> None:
+        self._move(injection_id, "failed", "confirmed_at = ?, error = ?", (to_epoch_ms(at), error))
+
+    def mark_cancelled(self, injection_id: int, at: datetime, reason: str) -> None:
+        self._move(injection_id, "cancelled", "confirmed_at = ?, error = ?",
+                   (to_epoch_ms(at), reason))
+
+    def set_enabled(self, on: bool, at: datetime, session_id: str | None = None) -> None:
+        self._write(
+            "INSERT INTO switches VALUES (?, ?, ?) ON CONFLICT (scope) DO UPDATE "
+            "SET enabled=excluded.enabled, at=excluded.at",
+            (session_id or GLOBAL_SCOPE, int(on), to_epoch_ms(at)),
+        )
+
+    def beat(self, at: datetime, pid: int, info: Mapping[str, Any]) -> None:
+        self._write(
+            "INSERT INTO heartbeat VALUES (1, ?, ?, ?) ON CONFLICT (id) DO UPDATE "
+            "SET at=excluded.at, pid=excluded.pid, info=excluded.info",
+            (to_epoch_ms(at), pid, json.dumps(dict(info), default=str)),
+        )
+
+
+class StoreView(_Reader):
+    """Read-only: opened with ``mode=ro``; a store that does not exist yet reads as empty."""
+
+    @classmethod
+    def open(cls, path: Path) -> StoreView:
+        if not path.exists():
+            # An empty in-memory schema: a missing store answers every query with nothing.
+            conn = sqlite3.connect(":memory:")
+            for script in MIGRATIONS:
+                conn.executescript(script)
+            return cls(conn)
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+            conn.execute("SELECT 1 FROM heartbeat LIMIT 1")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read the autoretry store {path}: {exc}") from exc
+        return cls(conn)
+
