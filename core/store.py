@@ -51,6 +51,11 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE heartbeat (id INTEGER PRIMARY KEY CHECK (id = 1), at INTEGER NOT NULL,
         pid INTEGER NOT NULL, info TEXT NOT NULL);
     """,
+    # 2: deadlines count from the turn's first failure; handled failures are never re-spent
+    """
+    ALTER TABLE turns ADD COLUMN first_failure INTEGER;
+    ALTER TABLE turns ADD COLUMN handled TEXT NOT NULL DEFAULT '[]';
+    """,
 )
 
 
@@ -129,6 +134,8 @@ def _ledger_from_row(row: Mapping[str, Any]) -> TurnLedger:
     return TurnLedger(
         session_id=row["session_id"], turn_id=row["turn_id"], used=used,
         exhausted=exhausted, user_aborted=bool(row["user_aborted"]),
+        first_failure=from_epoch_ms(row["first_failure"]),
+        handled=frozenset(json.loads(row["handled"])),
     )
 
 
@@ -255,12 +262,16 @@ class Store(_Reader):
     def save_ledger(self, ledger: TurnLedger, at: datetime | None = None) -> None:
         used = json.dumps({str(k): v for k, v in sorted(ledger.used.items())})
         exhausted = json.dumps(sorted(str(g) for g in ledger.exhausted))
-        stamp = _ms(at) or 0
+        handled = json.dumps(sorted(ledger.handled))
         self._write(
-            "INSERT INTO turns VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id, turn_id) DO "
-            "UPDATE SET used=excluded.used, exhausted=excluded.exhausted, "
-            "user_aborted=excluded.user_aborted, updated=excluded.updated",
-            (ledger.session_id, ledger.turn_id, used, exhausted, int(ledger.user_aborted), stamp),
+            "INSERT INTO turns (session_id, turn_id, used, exhausted, user_aborted, updated, "
+            "first_failure, handled) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (session_id, turn_id) DO UPDATE SET used=excluded.used, "
+            "exhausted=excluded.exhausted, user_aborted=excluded.user_aborted, "
+            "updated=excluded.updated, first_failure=excluded.first_failure, "
+            "handled=excluded.handled",
+            (ledger.session_id, ledger.turn_id, used, exhausted, int(ledger.user_aborted),
+             _ms(at) or 0, _ms(ledger.first_failure), handled),
         )
 
     def set_current_turn(self, session_id: str, turn_id: str, at: datetime) -> None:

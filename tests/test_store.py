@@ -26,7 +26,10 @@ def decision(action=Action.INJECT_AT, session="ses_a", turn="msg_1"):
 
 def test_ledger_survives_reopen(tmp_path):
     path = tmp_path / "autoretry.db"
-    ledger = TurnLedger("ses_a", "msg_1", {BudgetGroup.BLANK: 2}, frozenset({BudgetGroup.BLANK}))
+    ledger = TurnLedger(
+        "ses_a", "msg_1", {BudgetGroup.BLANK: 2}, frozenset({BudgetGroup.BLANK}),
+        first_failure=T0, handled=frozenset({"msg_2", "msg_5"}),
+    )
     first = Store.open(path)
     first.save_ledger(ledger, T0)
     first.close()
@@ -126,3 +129,21 @@ def test_store_file_is_private(tmp_path):
     path = tmp_path / "s" / "autoretry.db"
     Store.open(path).close()
     assert path.stat().st_mode & 0o077 == 0
+
+
+def test_migration_from_version_1_keeps_ledgers(tmp_path):
+    from opencode_autoretry.store import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE migrations (version INTEGER PRIMARY KEY, applied INTEGER)")
+    conn.executescript(MIGRATIONS[0])
+    conn.execute("INSERT INTO migrations VALUES (1, 0)")
+    conn.execute("INSERT INTO turns (session_id, turn_id, used, exhausted, user_aborted, updated) "
+                 "VALUES ('ses_a', 'msg_1', '{\"blank\": 1}', '[]', 0, 0)")
+    conn.commit()
+    conn.close()
+    store = Store.open(path)
+    ledger = store.load_ledger("ses_a", "msg_1")
+    assert ledger.used_in(BudgetGroup.BLANK) == 1 and ledger.handled == frozenset()
+    assert ledger.first_failure is None

@@ -1,0 +1,298 @@
+"""Property tests: random event sequences against the decision core's invariants.
+
+A sequence mixes failures of every kind (with duplicates and stale replays drawn from a small
+pool of message ids), real user messages, our injected and OpenCode's synthetic messages,
+/autoretry commands and switches, idle/busy/deleted events, pending retries firing, and daemon
+restarts (transient state dropped, ledger kept). After every step we check:
+
+- never more sends per turn and group than the group's budget, nor more interruption sends than
+  the shared cap;
+- never a send into a child (or unknown) session, a disabled one, or a user-aborted turn;
+- exhausted only grows within a turn and blocks its groups until a real user message;
+- at most one NOTIFY per group per turn; every decision says why.
+
+The number of generated sequences is fixed (MAX_EXAMPLES), counted, printed and recorded as the
+``generated_sequences`` test property.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from opencode_autoretry.budget import (
+    DecisionContext,
+    PendingEvent,
+    PendingRetry,
+    advance_turn,
+    decide,
+    new_ledger,
+    should_cancel_pending,
+)
+from opencode_autoretry.models import (
+    GROUP_OF_KIND,
+    Action,
+    BudgetGroup,
+    Kind,
+    LiveFacts,
+    Message,
+    Part,
+    PartType,
+    Role,
+    TurnLedger,
+    Verdict,
+)
+from opencode_autoretry.policy import INTERRUPTION_GROUPS, Policy, load_policy
+
+MAX_EXAMPLES = 3000
+MIN_EVENTS = 8
+MAX_EVENTS = 60
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+MARKER = {"autoretry": {"decision": "1", "kind": "blank"}}
+
+# --- strategies ------------------------------------------------------------------------------
+
+delay_pairs = st.sampled_from([(0, 0), (0, 5), (1, 5), (5, 10), (2, 60)])
+budget_tables = st.builds(
+    lambda retries, delays, extra: {
+        "max_retries": retries,
+        "initial_delay": delays[0],
+        "max_delay": delays[1],
+        **extra,
+    },
+    st.integers(0, 3),
+    delay_pairs,
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "jitter_ratio": st.sampled_from([0, 0.1, 1]),
+            "deadline": st.sampled_from([0, 30, 120]),
+        },
+    ),
+)
+raw_policies = st.one_of(
+    st.just({}),
+    st.builds(
+        lambda groups, cap: {"budgets": {**groups, "interruption": {"max_retries": cap}}},
+        st.dictionaries(st.sampled_from([g.value for g in BudgetGroup]), budget_tables),
+        st.integers(0, 4),
+    ),
+)
+live_facts = st.one_of(
+    st.just(LiveFacts()),
+    st.just(LiveFacts()),  # mostly nothing in the way, so budgets get spent
+    st.just(LiveFacts(busy=True)),
+    st.builds(
+        LiveFacts,
+        busy=st.booleans(),
+        retrying=st.booleans(),
+        permission_pending=st.booleans(),
+        question_pending=st.booleans(),
+        child_busy=st.booleans(),
+    ),
+)
+sending_kinds = st.sampled_from(list(GROUP_OF_KIND))
+failures = st.tuples(
+    st.just("failure"),
+    st.one_of(sending_kinds, sending_kinds, st.sampled_from(list(Kind))),
+    st.sampled_from([f"m{n}" for n in range(12)] + [None]),  # small pool: duplicates, replays
+    st.one_of(st.none(), st.none(), st.integers(0, 10**9)),
+    live_facts,
+    st.sampled_from([True, True, True, False]),  # the classifier may say "not retryable"
+)
+# Weighted by repetition: switching off and deleting are rarer than the everyday events.
+OTHER_EVENTS = [
+    "user",
+    "injected",
+    "synthetic",
+    "command",
+    "restart",
+    "fire",
+    "idle",
+    "busy",
+    "on",
+] * 3 + ["off", "deleted"]
+others = st.tuples(st.sampled_from(OTHER_EVENTS))
+events = st.lists(st.one_of(failures, failures, others), min_size=MIN_EVENTS, max_size=MAX_EVENTS)
+children = st.sampled_from([False, False, False, True, None])
+
+
+def user_message(n: int, **data: Any) -> Message:
+    msg_id = f"msg_u{n:04d}"
+    text = Part(f"prt_{n}", msg_id, "ses_a", PartType.TEXT, T0, {"type": "text", **data})
+    return Message(msg_id, "ses_a", Role.USER, T0, parts=(text,))
+
+
+# --- the simulated daemon ----------------------------------------------------------------------
+
+
+@dataclass
+class World:
+    policy: Policy
+    is_child: bool | None
+    ledger: TurnLedger = field(default_factory=lambda: new_ledger("ses_a", "msg_u0000"))
+    pending: PendingRetry | None = None
+    enabled: bool = True
+    now: datetime = T0
+    messages: int = 1
+    tally: dict[str, int] = field(default_factory=dict)  # across turns, for the report
+    sends: dict[BudgetGroup, int] = field(default_factory=dict)
+    notified: set[BudgetGroup] = field(default_factory=set)
+    exhausted_seen: frozenset[BudgetGroup] = frozenset()
+    deleted: bool = False
+
+    def message(self, **data: Any) -> Message:
+        self.messages += 1
+        return user_message(self.messages, **data)
+
+    def see(self, msg: Message) -> None:
+        before = self.ledger
+        self.ledger = advance_turn(self.ledger, msg) or self.ledger
+        if self.ledger is not before:  # a new turn: per-turn bookkeeping starts again
+            self.sends, self.notified, self.exhausted_seen = {}, set(), frozenset()
+            self.pending = None
+
+    def cancel_on(self, event: PendingEvent) -> None:
+        if should_cancel_pending(self.pending, event) is not None:
+            self.pending = None
+
+
+def apply_other(world: World, name: str) -> None:
+    if name == "user":
+        world.cancel_on(PendingEvent.REAL_USER_MESSAGE)
+        world.see(world.message(text="do the next thing"))
+    elif name == "injected":
+        world.see(world.message(text="Continue.", metadata=MARKER))
+    elif name == "synthetic":
+        world.see(world.message(text="Continue if you have next steps", synthetic=True))
+    elif name == "command":
+        world.see(world.message(text="/autoretry status"))
+    elif name == "off":
+        world.enabled = False
+        world.cancel_on(PendingEvent.AUTORETRY_OFF)
+    elif name == "on":
+        world.enabled = True
+    elif name in ("restart", "fire"):
+        world.pending = None  # restart: transient state gone, ledger kept; fire: delivered
+    elif name == "idle":
+        before = world.pending
+        world.cancel_on(PendingEvent.SESSION_IDLE)
+        assert world.pending is before  # D19
+    elif name == "busy":
+        world.cancel_on(PendingEvent.SESSION_BUSY)
+    elif name == "deleted":
+        world.cancel_on(PendingEvent.SESSION_DELETED)
+        world.deleted = True
+
+
+def apply_failure(world: World, event: tuple[Any, ...], rand: float) -> None:
+    _, kind, msg_id, hint, live, retryable = event
+    retryable = retryable if kind in GROUP_OF_KIND else False
+    verdict = Verdict(kind, retryable, f"random {kind}", msg_id, hint)
+    context = DecisionContext(
+        "ses_a", world.is_child, world.enabled and not world.deleted, live, "prov", world.pending
+    )
+    before = world.ledger
+    decision, world.ledger = decide(before, verdict, context, world.policy, world.now, rand)
+    check_decision(world, before, decision, verdict, context)
+    key = "blocked_by_exhausted" if "exhausted" in decision.reason else decision.action.value
+    # BUDGET_PROPERTY_REASONS=1 breaks "skip" down by reason in the printed summary.
+    if os.environ.get("BUDGET_PROPERTY_REASONS") and decision.action is Action.SKIP:
+        key = decision.reason.split("(")[0][:40]
+    world.tally[key] = world.tally.get(key, 0) + 1
+    if decision.action is Action.INJECT_AT and decision.group is not None and decision.due:
+        world.pending = PendingRetry("ses_a", before.turn_id, msg_id, decision.group, decision.due)
+
+
+def check_decision(
+    world: World,
+    before: TurnLedger,
+    decision: Any,
+    verdict: Verdict,
+    context: DecisionContext,
+) -> None:
+    after = world.ledger
+    assert decision.reason, "every decision says why"
+    assert (decision.action is Action.SKIP) == decision.reason.startswith("skip: ")
+    assert after.exhausted >= before.exhausted, "exhausted only grows within a turn"
+    assert (after.session_id, after.turn_id) == (before.session_id, before.turn_id)
+    if decision.sends:
+        group = decision.group
+        assert group is not None and group == verdict.group
+        assert context.is_child is False, "never a send into a child or unknown session"
+        assert context.enabled, "never a send while disabled"
+        assert not before.user_aborted, "never a send into a user-aborted turn"
+        assert group not in world.exhausted_seen, "exhausted is absorbing"
+        live = context.live
+        assert not (live.retrying or live.child_busy or live.permission_pending)
+        assert not live.question_pending
+        assert decision.used_after == decision.used_before + 1
+        assert decision.due is not None and decision.due >= world.now
+        world.sends[group] = world.sends.get(group, 0) + 1
+    if decision.action is Action.NOTIFY:
+        assert decision.group not in world.notified, "one notice per group per turn"
+        world.notified.add(decision.group)
+    check_budgets(world)
+    world.exhausted_seen = after.exhausted
+
+
+def check_budgets(world: World) -> None:
+    ledger, policy = world.ledger, world.policy
+    for group, count in world.sends.items():
+        assert count == ledger.used_in(group), "the ledger counts every send"
+        assert count <= policy.budget_for(group, "prov").max_retries
+    interruptions = sum(world.sends.get(g, 0) for g in INTERRUPTION_GROUPS)
+    assert interruptions <= policy.cap_for("prov")
+
+
+# --- the property ---------------------------------------------------------------------------
+
+
+def test_random_event_sequences_keep_the_budget_invariants(record_property, capsys):
+    checked: list[int] = []
+    tally: dict[str, int] = {}
+
+    @settings(
+        max_examples=MAX_EXAMPLES,
+        derandomize=True,  # deterministic: same sequences on every run
+        database=None,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(
+        raw=raw_policies,
+        is_child=children,
+        sequence=events,
+        rands=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=4),
+        gaps=st.lists(st.integers(0, 40), min_size=1, max_size=4),
+    )
+    def run(raw, is_child, sequence, rands, gaps):
+        world = World(load_policy(raw), is_child)
+        for step, event in enumerate(sequence):
+            world.now += timedelta(seconds=gaps[step % len(gaps)])
+            if event[0] == "failure":
+                apply_failure(world, event, rands[step % len(rands)])
+            else:
+                apply_other(world, event[0])
+        checked.append(len(sequence))
+        for key, count in world.tally.items():
+            tally[key] = tally.get(key, 0) + count
+
+    run()
+    with capsys.disabled():
+        print(
+            f"\n[budget properties] generated sequences checked: {len(checked)}, "
+            f"events: {sum(checked)}, outcomes: {dict(sorted(tally.items()))}"
+        )
+    record_property("generated_sequences", len(checked))
+    record_property("generated_events", sum(checked))
+    assert len(checked) >= MAX_EXAMPLES
+    # Not vacuous: every kind of outcome happened many times.
+    for key in ("inject", "inject_at", "abort_then_inject", "notify", "skip"):
+        assert tally.get(key, 0) > 100, (key, tally)
+    assert tally.get("blocked_by_exhausted", 0) > 100, tally
