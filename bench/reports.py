@@ -1,0 +1,375 @@
+"""Benchmark: the four reports vs the prior art's diagnostic SQL, on synthetic 1.18 DBs.
+
+    .venv/bin/python bench/reports.py [--sizes 100000,1000000] [--repeat 3]
+
+Builds (once, cached under $BENCH_DIR or /tmp/autoretry-bench, never in the repo) a DB with
+the pinned OpenCode 1.18.33 DDL holding N messages and 2 parts per message: sessions of ~200
+messages, turns of a user message and 1-4 assistant steps (tool calls, then an answer) over
+30 days, with ~1% failed steps (blank, forged length, think-only, tool-as-text, resets, 429,
+500, timeouts, aborts, silent, runaway loops) and a continuation after a third of them. Then
+times each report in-process (build + JSON) and, on the same DB, the prior art's queries
+(``json_extract`` + ``LIKE`` full scans over ``message.data``, prior-art.md §b1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from opencode_rows import (  # noqa: E402
+    BASE_MS,
+    PROJECT_ID,
+    SCHEMA,
+    aborted_error,
+    api_error,
+    ascending_id,
+    assistant_data,
+    descending_id,
+    dumps,
+    marker_text,
+    reasoning_part,
+    step_finish,
+    text_part,
+    tokens,
+    tool_part,
+    user_data,
+)
+
+from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json  # noqa: E402
+from opencode_autoretry.diagnostics.errors import build_errors, errors_json  # noqa: E402
+from opencode_autoretry.diagnostics.records import DaemonRecords  # noqa: E402
+from opencode_autoretry.diagnostics.timeline import build_timeline, timeline_json  # noqa: E402
+from opencode_autoretry.diagnostics.trace import build_trace, trace_json  # noqa: E402
+from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
+
+SPAN_MS = 30 * 86_400_000
+NOW = datetime.fromtimestamp((BASE_MS + SPAN_MS) / 1000, tz=UTC) + timedelta(minutes=30)
+SESSION_SIZE = 200
+FAILURE_RATE = 0.01
+ANSWER = "Here is the change. " * 12
+TOOL_ECHO = "listing the files of the project\n" * 8
+FAILURES = (
+    "blank",
+    "forged_length",
+    "think_only",
+    "tool_as_text",
+    "reset",
+    "rate_limit",
+    "server",
+    "timeout",
+    "abort",
+    "silent",
+    "runaway",
+)
+
+
+class Builder:
+    """Generates rows in creation order and writes them with executemany."""
+
+    def __init__(self, total: int, seed: int = 7) -> None:
+        self.total = total
+        self.random = random.Random(seed)
+        self.step_ms = max(1, SPAN_MS // total)
+        self.clock = BASE_MS
+        self.counter = 0
+        self.messages: list[tuple] = []
+        self.parts: list[tuple] = []
+        self.sessions: list[tuple] = []
+
+    def _id(self, prefix: str) -> str:
+        self.counter += 1
+        return ascending_id(prefix, self.clock, self.counter)
+
+    def add(self, sid: str, data: dict, parts: list[dict]) -> str:
+        self.clock += self.step_ms
+        data["time"]["created"] = self.clock
+        if "completed" in data["time"]:
+            data["time"]["completed"] = self.clock + 1
+        mid = self._id("msg")
+        self.messages.append((mid, sid, self.clock, self.clock, dumps(data)))
+        for part in parts:
+            self.parts.append((self._id("prt"), mid, sid, self.clock, self.clock, dumps(part)))
+        return mid
+
+    def session(self) -> str:
+        self.counter += 1
+        sid = descending_id("ses", self.clock, self.counter)
+        slug = f"bench-{self.counter}"
+        self.sessions.append(
+            (sid, PROJECT_ID, slug, "/work/project", "", "bench", "1.18.33", self.clock, self.clock)
+        )
+        return sid
+
+    def step(self, sid: str, parent: str, kind: str) -> str:
+        ms = self.clock
+        done = ms + 1
+        if kind == "tool":
+            parts = [
+                tool_part("bash", "completed", str(ms), ms, ms),
+                step_finish("tool-calls", tokens(900, 40)),
+            ]
+            data = assistant_data(
+                parent, ms, finish="tool-calls", toks=tokens(900, 40), completed_ms=done
+            )
+        elif kind == "answer":
+            parts = [text_part(ANSWER, ms, ms), step_finish("stop", tokens(1200, 120))]
+            data = assistant_data(
+                parent, ms, finish="stop", toks=tokens(1200, 120), completed_ms=done
+            )
+        else:
+            data, parts = self.failure(parent, kind, ms)
+        return self.add(sid, data, parts)
+
+    def failure(self, parent: str, kind: str, ms: int) -> tuple[dict, list[dict]]:
+        done, zero = ms + 1, tokens(1200, 0)
+        errors = {
+            "reset": api_error("Connection reset by server", code="ECONNRESET"),
+            "rate_limit": api_error(
+                "Rate limit exceeded", status=429, headers={"retry-after": "2"}
+            ),
+            "server": api_error("Internal Server Error", status=500),
+            "timeout": api_error("SSE read timed out", code="ProviderResponseStreamError"),
+            "abort": aborted_error(),
+        }
+        if kind in errors:
+            data = assistant_data(
+                parent, ms, finish=None, toks=tokens(0, 0), error=errors[kind], completed_ms=done
+            )
+            return data, [text_part("", ms, ms), {"type": "step-start"}]
+        finish, toks, content = {
+            "blank": ("stop", zero, None),
+            "forged_length": ("length", zero, None),
+            "think_only": ("stop", tokens(1200, 0, reasoning=30), reasoning_part("Hmm.", ms, ms)),
+            "tool_as_text": (
+                "stop",
+                tokens(1200, 30),
+                text_part("<function_calls><invoke>", ms, ms),
+            ),
+            "silent": (None, tokens(0, 0), text_part("", ms, ms)),
+            "runaway": ("unknown", tokens(0, 0), text_part("", ms, ms)),
+        }[kind]
+        start = {"type": "step-start"}
+        parts = [content or start, step_finish(finish, toks) if finish else start]
+        return assistant_data(parent, ms, finish=finish, toks=toks, completed_ms=done), parts
+
+    def turn(self, sid: str) -> int:
+        ms = self.clock
+        user = self.add(
+            sid,
+            user_data(ms),
+            [
+                {"type": "text", "text": "Please continue the refactor."},
+                {"type": "text", "text": "<system-reminder/>", "synthetic": True},
+            ],
+        )
+        written = 1
+        for _ in range(self.random.randint(0, 3)):
+            self.step(sid, user, "tool")
+            written += 1
+        if self.random.random() < FAILURE_RATE * (written + 1):
+            kind = self.random.choice(FAILURES)
+            for _ in range(7 if kind == "runaway" else 1):
+                self.step(sid, user, kind)
+                written += 1
+            if self.random.random() < 1 / 3:
+                marker = marker_text("Continue.", self.counter, kind, self.counter)
+                follow = self.add(
+                    sid, user_data(self.clock), [marker, {"type": "text", "text": ""}]
+                )
+                self.step(sid, follow, "answer")
+                written += 2
+        else:
+            self.step(sid, user, "answer")
+            written += 1
+        return written
+
+    def build(self, path: Path) -> None:
+        conn = sqlite3.connect(path)
+        conn.executescript("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")
+        statements = [s.strip() for s in SCHEMA.read_text().split(";\n") if s.strip()]
+        conn.executescript(";\n".join(s for s in statements if "INDEX" not in s) + ";")
+        conn.execute(
+            "INSERT INTO project (id, worktree, vcs, time_created, time_updated, sandboxes)"
+            " VALUES (?, '/work/project', 'git', ?, ?, '[]')",
+            (PROJECT_ID, BASE_MS, BASE_MS),
+        )
+        written = 0
+        with conn:
+            while written < self.total:
+                sid, in_session = self.session(), 0
+                while in_session < SESSION_SIZE and written < self.total:
+                    count = self.turn(sid)
+                    in_session += count
+                    written += count
+                if len(self.messages) > 200_000:
+                    self.flush(conn)
+            self.flush(conn)
+        conn.executescript(";\n".join(s for s in statements if "INDEX" in s) + ";")
+        conn.execute("PRAGMA journal_mode = WAL")  # as OpenCode leaves it
+        conn.close()
+
+    def flush(self, conn: sqlite3.Connection) -> None:
+        conn.executemany(
+            "INSERT INTO session (id, project_id, slug, directory, path, title, version, "
+            "time_created, time_updated) VALUES (?,?,?,?,?,?,?,?,?)",
+            self.sessions,
+        )
+        conn.executemany("INSERT INTO message VALUES (?,?,?,?,?)", self.messages)
+        conn.executemany("INSERT INTO part VALUES (?,?,?,?,?,?)", self.parts)
+        self.sessions, self.messages, self.parts = [], [], []
+
+
+PRIOR_ART_DIAGNOSE = {
+    "blank": """SELECT id, session_id, time_created, data FROM message WHERE time_created >= ?
+        AND json_extract(data, '$.role') = 'assistant'
+        AND json_extract(data, '$.finish') IN ('stop', 'length')
+        AND COALESCE(json_extract(data, '$.tokens.output'), 0) = 0
+        AND json_extract(data, '$.error') IS NULL ORDER BY time_created DESC LIMIT 20""",
+    "fake_length": """SELECT id, session_id, time_created, data FROM message WHERE time_created >= ?
+        AND json_extract(data, '$.role') = 'assistant' AND json_extract(data, '$.finish') = 'length'
+        AND COALESCE(json_extract(data, '$.tokens.output'), 0) = 0
+        AND COALESCE(json_extract(data, '$.tokens.input'), 0) > 0
+        ORDER BY time_created DESC LIMIT 20""",
+    "disconnect": """SELECT id, session_id, time_created, data FROM message WHERE time_created >= ?
+        AND (data LIKE '%Connection failed%' OR data LIKE '%Server disconnected%'
+        OR data LIKE '%ECONNRESET%' OR data LIKE '%fetch failed%' OR data LIKE '%socket%')
+        ORDER BY time_created DESC LIMIT 20""",
+    "silent": """SELECT id, session_id, time_created, data FROM message WHERE time_created >= ?
+        AND json_extract(data, '$.role') = 'assistant' AND json_extract(data, '$.finish') IS NULL
+        AND json_extract(data, '$.error') IS NULL
+        AND COALESCE(json_extract(data, '$.tokens.output'), 0) = 0
+        ORDER BY time_created DESC LIMIT 20""",
+    "zero_token": """SELECT id, session_id, time_created, data FROM message WHERE time_created >= ?
+        AND json_extract(data, '$.role') = 'assistant'
+        AND COALESCE(json_extract(data, '$.tokens.input'), 0) = 0
+        AND COALESCE(json_extract(data, '$.tokens.output'), 0) = 0
+        ORDER BY time_created DESC LIMIT 20""",
+    "triggers": """SELECT id, session_id, time_created, data FROM message WHERE time_created >= ?
+        AND json_extract(data, '$.role') = 'user'
+        AND (data LIKE '%继续！！！%' OR data LIKE '%"继续"%')
+        ORDER BY time_created DESC LIMIT 20""",
+}
+PRIOR_ART_INFO = ("SELECT count(*) FROM message", "SELECT count(*) FROM session")
+
+
+def prior_art_diagnose(path: Path, since_ms: int) -> int:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    for sql in PRIOR_ART_INFO:  # printDbInfo
+        conn.execute(sql).fetchone()
+    found = 0
+    for sql in PRIOR_ART_DIAGNOSE.values():
+        found += len(conn.execute(sql, (since_ms,)).fetchall())
+    conn.close()
+    return found
+
+
+def timed(action: Callable[[], object], repeat: int) -> tuple[float, float, float]:
+    """(first run, median run, median CPU time of the process) in seconds."""
+    runs, cpu = [], []
+    for _ in range(repeat):
+        started, started_cpu = time.perf_counter(), time.process_time()
+        action()
+        runs.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+    return runs[0], statistics.median(runs), statistics.median(cpu)
+
+
+def busiest_session(path: Path) -> str:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    sid = conn.execute(
+        "SELECT session_id FROM message WHERE rowid = (SELECT max(rowid) / 2 FROM message)"
+    ).fetchone()[0]
+    conn.close()
+    return sid
+
+
+def measure(path: Path, repeat: int) -> dict[str, tuple[float, float, float]]:
+    records, bridge = DaemonRecords(), Path("/nonexistent/autoretry.js")
+    sid = busiest_session(path)
+    since7 = BASE_MS + SPAN_MS - 7 * 86_400_000
+
+    def report(build: Callable[[OpenCodeDB], str]) -> Callable[[], object]:
+        def run() -> object:
+            db = OpenCodeDB.open(path)
+            try:
+                return build(db)
+            finally:
+                db.close()
+
+        return run
+
+    def diagnose(days: int) -> Callable[[OpenCodeDB], str]:
+        return lambda db: diagnose_json(
+            build_diagnose(db, records, now=NOW, days=days, bridge_path=bridge)
+        )
+
+    def timeline(db: OpenCodeDB) -> str:
+        session = db.find_sessions(sid)[0]
+        return timeline_json(build_timeline(db, session, records, now=NOW))
+
+    return {
+        "diagnose 0": timed(report(diagnose(0)), repeat),
+        "diagnose 7": timed(report(diagnose(7)), repeat),
+        "timeline (1 session)": timed(report(timeline), repeat),
+        "errors": timed(report(lambda db: errors_json(build_errors(db, None, now=NOW))), repeat),
+        "errors KEYWORD": timed(
+            report(lambda db: errors_json(build_errors(db, "reset", now=NOW))), repeat
+        ),
+        "trace 7": timed(
+            report(
+                lambda db: trace_json(
+                    build_trace(db, records, now=NOW, since=NOW - timedelta(days=7), days=7)
+                )
+            ),
+            repeat,
+        ),
+        "trace 0": timed(report(lambda db: trace_json(build_trace(db, records, now=NOW))), repeat),
+        "prior art diagnose 0 (6 checks)": timed(lambda: prior_art_diagnose(path, 0), repeat),
+        "prior art diagnose 7 (6 checks)": timed(lambda: prior_art_diagnose(path, since7), repeat),
+    }
+
+
+def ensure_db(size: int, base: Path) -> Path:
+    path = base / f"opencode-1.18.33-{size}.db"
+    if not path.exists():
+        partial = path.with_suffix(".building")
+        partial.unlink(missing_ok=True)
+        started = time.perf_counter()
+        Builder(size).build(partial)
+        partial.rename(path)
+        print(f"built {path} in {time.perf_counter() - started:.1f} s", flush=True)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    base = Path(os.environ.get("BENCH_DIR") or "/tmp/autoretry-bench")
+    base.mkdir(parents=True, exist_ok=True)
+    print(
+        f"sqlite {sqlite3.sqlite_version}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
+    )
+    for size in (int(s) for s in args.sizes.split(",")):
+        path = ensure_db(size, base)
+        mb = path.stat().st_size / 2**20
+        print(f"\n{size:,} messages, {mb:,.0f} MB ({path})")
+        print(f"load average before: {os.getloadavg()[0]:.2f}")
+        print(f"{'report':34} {'first':>9} {'median':>9} {'cpu':>9}")
+        for name, (first, median, cpu) in measure(path, args.repeat).items():
+            print(f"{name:34} {first * 1000:7.0f}ms {median * 1000:7.0f}ms {cpu * 1000:7.0f}ms")
+
+
+if __name__ == "__main__":
+    main()

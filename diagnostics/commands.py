@@ -1,0 +1,148 @@
+"""The report commands: resolve settings, build, render. ``cli.py`` attaches ``COMMANDS``.
+
+Exit codes: 0 ok; 1 unknown or ambiguous session (with the closest matches); 2 OpenCode's DB
+missing, unsupported, corrupt or locked, or the store unreadable (one line, no traceback).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from opencode_autoretry import paths
+from opencode_autoretry.clock import SystemClock
+from opencode_autoretry.diagnostics.diagnose import (
+    build_diagnose,
+    diagnose_json,
+    render_diagnose,
+    window_start,
+)
+from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
+from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
+from opencode_autoretry.diagnostics.render import Style
+from opencode_autoretry.diagnostics.timeline import build_timeline, render_timeline, timeline_json
+from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
+from opencode_autoretry.models import Session
+from opencode_autoretry.opencode.db import DbError, OpenCodeDB
+from opencode_autoretry.store import StoreError
+
+if TYPE_CHECKING:
+    from opencode_autoretry.cli import AppContext
+
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+class ReportError(click.ClickException):
+    """A one-line failure (the DB or the store cannot be read): exit 2."""
+
+    exit_code = 2
+
+
+@contextmanager
+def opened(db_path: Path) -> Iterator[OpenCodeDB]:
+    """OpenCode's DB, read-only; every failure becomes one line and exit 2."""
+    try:
+        db = OpenCodeDB.open(db_path)
+        try:
+            yield db
+        finally:
+            db.close()
+    except DbError as exc:
+        raise ReportError(str(exc)) from exc
+
+
+def records_from(
+    store: Path, session_id: str | None = None, since: datetime | None = None
+) -> DaemonRecords:
+    try:
+        return load_records(store, session_id, since)
+    except StoreError as exc:
+        raise ReportError(str(exc)) from exc
+
+
+def resolve_session(db: OpenCodeDB, ref: str) -> Session:
+    """An id, unique id prefix or slug; otherwise exit 1 naming the closest sessions."""
+    found = db.find_sessions(ref)
+    if len(found) == 1:
+        return found[0]
+    if found:
+        listed = ", ".join(f"{s.id} ({s.slug})" for s in found[:10])
+        raise click.ClickException(f"{ref!r} matches {len(found)} sessions: {listed}")
+    closest = db.closest_sessions(ref)
+    hint = ", ".join(f"{s.id} ({s.slug})" for s in closest) or "the database has no sessions"
+    raise click.ClickException(f"no session {ref!r}; closest: {hint}")
+
+
+def bridge_path() -> Path:
+    return paths.opencode_config_dir() / "plugins" / "autoretry.js"
+
+
+@click.command("diagnose")
+@click.argument("days", type=click.IntRange(min=0), default=7)
+@click.option("--limit", type=click.IntRange(min=0), default=20, help="Rows per kind (0 = all).")
+@JSON_OPTION
+@click.pass_obj
+def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
+    """Health check plus every abnormal step of the last DAYS days (0 = all)."""
+    settings, now = app.settings(), SystemClock().now()
+    records = records_from(settings.store, since=window_start(now, days))
+    with opened(settings.opencode_db) as db:
+        report = build_diagnose(
+            db,
+            records,
+            now=now,
+            days=days,
+            bridge_path=bridge_path(),
+            runaway_steps=settings.runaway_steps,
+        )
+    style = Style.for_stream()
+    click.echo(diagnose_json(report, limit) if as_json else render_diagnose(report, style, limit))
+
+
+@click.command("timeline")
+@click.argument("session")
+@JSON_OPTION
+@click.pass_obj
+def timeline(app: AppContext, session: str, as_json: bool) -> None:
+    """One session's steps, parts and the daemon's decisions (id, id prefix or slug)."""
+    settings, now = app.settings(), SystemClock().now()
+    with opened(settings.opencode_db) as db:
+        found = resolve_session(db, session)
+        report = build_timeline(db, found, records_from(settings.store, found.id), now=now)
+    click.echo(timeline_json(report) if as_json else render_timeline(report, Style.for_stream()))
+
+
+@click.command("errors")
+@click.argument("keyword", required=False)
+@JSON_OPTION
+@click.pass_obj
+def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
+    """The 10 newest errored steps, or at most 5 whose error contains KEYWORD."""
+    settings, now = app.settings(), SystemClock().now()
+    with opened(settings.opencode_db) as db:
+        report = build_errors(db, keyword, now=now)
+    click.echo(errors_json(report) if as_json else render_errors(report, Style.for_stream()))
+
+
+@click.command("trace")
+@click.argument("scope", default="7", metavar="[DAYS|SESSION]")
+@JSON_OPTION
+@click.pass_obj
+def trace(app: AppContext, scope: str, as_json: bool) -> None:
+    """Each continuation with its trigger and outcome, and the decisions not to act."""
+    settings, now = app.settings(), SystemClock().now()
+    with opened(settings.opencode_db) as db:
+        days = int(scope) if scope.isdigit() else None
+        sid = None if days is not None else resolve_session(db, scope).id
+        since = window_start(now, days) if days is not None else None
+        records = records_from(settings.store, sid, since)
+        report = build_trace(db, records, now=now, since=since, days=days, session_id=sid)
+    click.echo(trace_json(report) if as_json else render_trace(report, Style.for_stream()))
+
+
+COMMANDS: list[click.Command] = [diagnose, timeline, errors, trace]

@@ -1,0 +1,303 @@
+"""``autoretry diagnose [DAYS]``: health of the set-up and every abnormal step in the window.
+
+Candidates come from raw-text passes (no JSON parsing) over the message rows created since
+the cut (found by a binary search over rowids, so ``diagnose 7`` never reads older rows) and
+over text parts (tool calls written as text); only candidates are loaded with their parts and
+classified (see ``steps.py``). The passes run in worker threads on their own read-only
+connections while this thread classifies the batches already read.
+
+``--json`` shape (stable; ``version`` bumps on incompatible change)::
+
+    {"report": "diagnose", "version": 1, "days": 7, "since": ISO|null, "now": ISO,
+     "health": {"db": path, "db_bytes": int, "sessions": int, "messages": int, "parts": int,
+                "versions": [str], "daemon": {"heartbeat": ISO|null, "pid": int|null,
+                "age_seconds": float|null}, "bridge": {"installed": bool, "path": str}},
+     "kinds": {"<kind>": {"count": int, "rows": [{"time": ISO, "session_id", "message_id",
+               "finish": str|null, "tokens": {input, output, reasoning, cache_read,
+               cache_write}, "error": str|null, "reason": str}]}},   # every abnormal kind
+     "injections": {"count": int, "by_state": {"<state>": int}},
+     "ownerless_sessions": [session_id]}
+
+``rows`` hold the newest ``--limit`` findings of each kind (all with ``--limit 0``); ``count``
+is always the full number. Times are UTC ISO 8601.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from opencode_autoretry.diagnostics.records import DaemonRecords
+from opencode_autoretry.diagnostics.render import (
+    OK,
+    RULE,
+    WARN,
+    Style,
+    dump_json,
+    iso,
+    short_id,
+    tokens_json,
+    tokens_text,
+)
+from opencode_autoretry.diagnostics.steps import (
+    ABNORMAL_KINDS,
+    ClassifiedStep,
+    classify_rows,
+    classify_streamed,
+)
+from opencode_autoretry.models import Kind
+from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
+
+
+@dataclass(frozen=True)
+class Health:
+    db_path: Path
+    db_bytes: int
+    sessions: int
+    messages: int
+    parts: int
+    versions: tuple[str, ...]
+    heartbeat: datetime | None
+    daemon_pid: int | None
+    bridge_path: Path
+    bridge_installed: bool
+
+
+@dataclass(frozen=True)
+class DiagnoseReport:
+    days: int
+    since: datetime | None
+    now: datetime
+    health: Health
+    findings: Mapping[Kind, tuple[ClassifiedStep, ...]]
+    injections: Mapping[str, int]
+    ownerless: tuple[str, ...]
+
+
+def window_start(now: datetime, days: int) -> datetime | None:
+    """``days`` = 0 means everything."""
+    return None if days <= 0 else now - timedelta(days=days)
+
+
+def read_health(db: OpenCodeDB, records: DaemonRecords, bridge_path: Path) -> Health:
+    beat = records.heartbeat
+    return Health(
+        db_path=db.path,
+        db_bytes=db.size_bytes(),
+        sessions=db.count("session"),
+        messages=db.count("message"),
+        parts=db.count("part"),
+        versions=tuple(db.versions()),
+        heartbeat=beat.at if beat else None,
+        daemon_pid=beat.pid if beat else None,
+        bridge_path=bridge_path,
+        bridge_installed=bridge_path.is_file(),
+    )
+
+
+def _group(found: list[ClassifiedStep]) -> dict[Kind, tuple[ClassifiedStep, ...]]:
+    by_kind: dict[Kind, list[ClassifiedStep]] = {kind: [] for kind in ABNORMAL_KINDS}
+    looping: dict[tuple[str, str], int] = {}
+    for item in found:
+        kind = item.verdict.kind
+        if kind not in by_kind:
+            continue
+        if kind is Kind.RUNAWAY:  # one row per loop: its newest step
+            key = (item.step.session_id, item.turn.id)
+            if key in looping:
+                by_kind[kind][looping[key]] = item
+                continue
+            looping[key] = len(by_kind[kind])
+        by_kind[kind].append(item)
+    return {kind: tuple(items) for kind, items in by_kind.items()}
+
+
+#: Rows per message-scan batch: classification overlaps the reading of the next batches.
+SCAN_BATCH_ROWS = 50_000
+
+
+def _step_candidates(
+    path: Path, since: datetime | None, rowids: tuple[int, int]
+) -> list[MessageRow]:
+    db = OpenCodeDB.open(path)
+    try:
+        return db.step_candidates(since, rowids)
+    finally:
+        db.close()
+
+
+def _markup_candidates(path: Path, since: datetime | None) -> list[MessageRow]:
+    db = OpenCodeDB.open(path)
+    try:
+        return db.tool_markup_candidates(since)
+    finally:
+        db.close()
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Parsing thousands of rows allocates many acyclic dicts; the cyclic collector would
+    re-scan them over and over (measured: half of diagnose's classification time)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def build_diagnose(
+    db: OpenCodeDB,
+    records: DaemonRecords,
+    *,
+    now: datetime,
+    days: int,
+    bridge_path: Path,
+    runaway_steps: int = 6,
+) -> DiagnoseReport:
+    since = window_start(now, days)
+    # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
+    # connections in worker threads while this thread classifies the batches already read.
+    with ThreadPoolExecutor(max_workers=2) as pool, paused_gc():
+        markup = pool.submit(_markup_candidates, db.path, since)
+        ranges = db.rowid_ranges("message", since, SCAN_BATCH_ROWS)
+        batches = [pool.submit(_step_candidates, db.path, since, r) for r in ranges]
+        found = classify_streamed(
+            db, (b.result() for b in batches), now=now, runaway_steps=runaway_steps, lean=True
+        )
+        seen = {c.step.id for c in found}
+        extra = [r for r in markup.result() if r.id not in seen]
+        found += classify_rows(db, extra, now=now, runaway_steps=runaway_steps, lean=True)
+    injections = [i for i in records.injections if since is None or i.created >= since]
+    return DiagnoseReport(
+        days=days,
+        since=since,
+        now=now,
+        health=read_health(db, records, bridge_path),
+        findings=_group(found),
+        injections=dict(Counter(i.state for i in injections)),
+        ownerless=tuple(records.ownerless_sessions()),
+    )
+
+
+def _row_json(item: ClassifiedStep) -> dict[str, Any]:
+    step = item.step
+    return {
+        "time": iso(step.time_created),
+        "session_id": step.session_id,
+        "message_id": step.id,
+        "finish": step.finish,
+        "tokens": tokens_json(step.tokens),
+        "error": step.error.name if step.error else None,
+        "reason": item.verdict.reason,
+    }
+
+
+def _newest(items: tuple[ClassifiedStep, ...], limit: int) -> tuple[ClassifiedStep, ...]:
+    return items if limit <= 0 else items[-limit:]
+
+
+def diagnose_json(report: DiagnoseReport, limit: int = 20) -> str:
+    health = report.health
+    age = (report.now - health.heartbeat).total_seconds() if health.heartbeat else None
+    body = {
+        "days": report.days,
+        "since": iso(report.since),
+        "now": iso(report.now),
+        "health": {
+            "db": str(health.db_path),
+            "db_bytes": health.db_bytes,
+            "sessions": health.sessions,
+            "messages": health.messages,
+            "parts": health.parts,
+            "versions": list(health.versions),
+            "daemon": {
+                "heartbeat": iso(health.heartbeat),
+                "pid": health.daemon_pid,
+                "age_seconds": age,
+            },
+            "bridge": {"installed": health.bridge_installed, "path": str(health.bridge_path)},
+        },
+        "kinds": {
+            str(kind): {"count": len(items), "rows": [_row_json(i) for i in _newest(items, limit)]}
+            for kind, items in report.findings.items()
+        },
+        "injections": {
+            "count": sum(report.injections.values()),
+            "by_state": dict(sorted(report.injections.items())),
+        },
+        "ownerless_sessions": list(report.ownerless),
+    }
+    return dump_json("diagnose", body)
+
+
+def _size(value: int) -> str:
+    amount = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if amount < 1024 or unit == "GB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{value} B"
+
+
+def _health_lines(report: DiagnoseReport, style: Style) -> list[str]:
+    health = report.health
+    window = "all time" if report.since is None else f"last {report.days} days"
+    if health.heartbeat is None:
+        daemon = style.warn("no heartbeat (the daemon has not run)")
+    else:
+        age = int((report.now - health.heartbeat).total_seconds())
+        when = style.local(health.heartbeat)
+        text = f"last heartbeat {when} ({age}s ago, pid {health.daemon_pid})"
+        daemon = style.good(text) if age < 120 else style.warn(text + " — stale")
+    bridge = style.good("installed") if health.bridge_installed else style.warn("not installed")
+    return [
+        style.head(f"autoretry diagnose — {window}"),
+        RULE,
+        f"DB:        {health.db_path} ({_size(health.db_bytes)})",
+        f"Rows:      sessions={health.sessions} messages={health.messages} parts={health.parts}",
+        f"OpenCode:  {', '.join(health.versions) or '-'}",
+        f"Daemon:    {daemon}",
+        f"Bridge:    {bridge} ({health.bridge_path})",
+        RULE,
+    ]
+
+
+def _section(kind: Kind, items: tuple[ClassifiedStep, ...], style: Style, limit: int) -> list[str]:
+    if not items:
+        return [f"{kind}: {style.good(OK + ' none')}"]
+    lines = [f"{kind}: {style.warn(f'{WARN} {len(items)}')}"]
+    for item in _newest(items, limit):
+        step = item.step
+        lines.append(
+            f"  [{style.local(step.time_created)}] ses={short_id(step.session_id)} "
+            f"msg={short_id(step.id)} finish={step.finish or '-'} {tokens_text(step.tokens)}"
+        )
+        lines.append(f"      {style.dim(item.verdict.reason)}")
+    if 0 < limit < len(items):
+        lines.append(style.dim(f"  … {len(items) - limit} older (use --limit 0 for all)"))
+    return lines
+
+
+def render_diagnose(report: DiagnoseReport, style: Style, limit: int = 20) -> str:
+    lines = _health_lines(report, style)
+    for kind, items in report.findings.items():
+        lines.extend(_section(kind, items, style, limit))
+    lines.append(RULE)
+    states = ", ".join(f"{k}={v}" for k, v in sorted(report.injections.items()))
+    count = sum(report.injections.values())
+    lines.append(f"Injections by the daemon: {count}" + (f" ({states})" if states else ""))
+    if report.ownerless:
+        lines.append(style.warn(f"Sessions with no live owner: {len(report.ownerless)}"))
+        lines.extend(f"  {sid}" for sid in report.ownerless)
+    else:
+        lines.append(f"Sessions with no live owner: {style.good(OK + ' none')}")
+    return "\n".join(lines)

@@ -1,0 +1,56 @@
+"""What the daemon recorded, read once per report through the read-only ``StoreView``.
+
+Reports never open the store themselves: they get a ``DaemonRecords`` value, which keeps them
+testable with literal records and makes "no store yet" simply empty.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from opencode_autoretry.store import DecisionRecord, Heartbeat, InjectionRecord, StoreView
+
+#: The daemon's reason text when it declined to act because no process owns the session.
+NO_OWNER = re.compile(r"\bno (?:live )?owner\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DaemonRecords:
+    decisions: tuple[DecisionRecord, ...] = ()
+    injections: tuple[InjectionRecord, ...] = ()
+    heartbeat: Heartbeat | None = None
+
+    def decisions_for(self, session_id: str) -> tuple[DecisionRecord, ...]:
+        return tuple(d for d in self.decisions if d.session_id == session_id)
+
+    def injections_for(self, session_id: str) -> tuple[InjectionRecord, ...]:
+        return tuple(i for i in self.injections if i.session_id == session_id)
+
+    def decision(self, decision_id: int) -> DecisionRecord | None:
+        return next((d for d in self.decisions if d.id == decision_id), None)
+
+    def ownerless_sessions(self) -> list[str]:
+        """Sessions the daemon could not act on because no live process owned them."""
+        seen = dict.fromkeys(d.session_id for d in self.decisions if NO_OWNER.search(d.reason))
+        return list(seen)
+
+
+def load_records(
+    store: Path, session_id: str | None = None, since: datetime | None = None
+) -> DaemonRecords:
+    """Decisions and injections (optionally of one session / since a time) and the heartbeat.
+
+    A missing store reads as empty (the daemon never ran); ``StoreError`` propagates.
+    """
+    view = StoreView.open(store)
+    try:
+        return DaemonRecords(
+            decisions=tuple(view.decisions(session_id, since)),
+            injections=tuple(view.injections(session_id, since)),
+            heartbeat=view.heartbeat(),
+        )
+    finally:
+        view.close()

@@ -1,0 +1,278 @@
+"""``autoretry trace [DAYS|SESSION]``: every continuation, what triggered it and how it went.
+
+Sources are joined on the durable marker: the daemon's injections (store) and the user
+messages in OpenCode's DB whose text part carries ``metadata.autoretry``. Each is shown with
+its trigger (the assistant step before it, classified) and its outcome (the next assistant
+step): ``recovered`` (output=N), ``failed`` (ErrorName), ``blank`` (still nothing) or
+``pending``; injections never delivered show ``not_sent`` / ``cancelled``. The decisions not
+to act (skip, notify) follow, with their reasons.
+
+``--json`` shape (stable)::
+
+    {"report": "trace", "version": 1, "days": int|null, "session_id": str|null,
+     "since": ISO|null,
+     "continuations": [{"time": ISO, "session_id", "injection_id": int|null,
+        "decision_id": int|null, "state": str|null,   # store state; null: only in the DB
+        "message_id": str|null, "text": str|null,
+        "trigger": {"message_id", "kind", "reason", "finish", "tokens", "error"}|null,
+        "outcome": {"status": "recovered"|"failed"|"blank"|"pending"|"not_sent"|"cancelled",
+                    "detail": str, "message_id": str|null}}],
+     "declined": [{"time": ISO, "session_id", "decision_id": int, "action", "kind": str|null,
+                   "reason", "message_id": str|null}]}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from opencode_autoretry.diagnostics.records import DaemonRecords
+from opencode_autoretry.diagnostics.render import (
+    RULE,
+    Style,
+    dump_json,
+    excerpt,
+    iso,
+    short_id,
+    tokens_json,
+)
+from opencode_autoretry.diagnostics.steps import ClassifiedStep, classify_message
+from opencode_autoretry.models import Message, PartType, Role
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.store import DecisionRecord, InjectionRecord
+
+DECLINED_ACTIONS = ("skip", "notify")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: str
+    detail: str
+    message_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Continuation:
+    time: datetime
+    session_id: str
+    injection: InjectionRecord | None
+    decision: DecisionRecord | None
+    message: Message | None
+    trigger: ClassifiedStep | None
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class TraceReport:
+    days: int | None
+    session_id: str | None
+    since: datetime | None
+    continuations: tuple[Continuation, ...]
+    declined: tuple[DecisionRecord, ...]
+
+
+def outcome_of(next_step: Message | None) -> Outcome:
+    """What the first assistant step after a continuation shows."""
+    if next_step is None:
+        return Outcome("pending", "… pending (no reply yet)")
+    mid = next_step.id
+    if next_step.error is not None:
+        return Outcome("failed", f"✗ failed ({next_step.error.name})", mid)
+    output = next_step.tokens.output
+    visible = any(
+        (p.type is PartType.TEXT and p.text.strip()) or p.type is PartType.TOOL
+        for p in next_step.parts
+    )
+    if output > 0 or visible:
+        return Outcome("recovered", f"✓ recovered (output={output})", mid)
+    if next_step.finish is not None:
+        return Outcome("blank", "? still blank", mid)
+    return Outcome("pending", "… pending (reply in progress)", mid)
+
+
+def _undelivered(injection: InjectionRecord) -> Outcome:
+    if injection.state == "failed":
+        return Outcome("not_sent", f"✗ not sent ({injection.error or 'failed'})")
+    if injection.state == "cancelled":
+        return Outcome("cancelled", f"cancelled ({injection.error or 'no reason'})")
+    return Outcome("pending", f"… pending ({injection.state})")
+
+
+def _marker_injection_id(message: Message) -> int | None:
+    marker = message.marker or {}
+    try:
+        return int(str(marker.get("injection")))
+    except ValueError:
+        return None
+
+
+def _continuation(
+    db: OpenCodeDB,
+    records: DaemonRecords,
+    injection: InjectionRecord | None,
+    message: Message | None,
+    now: datetime,
+) -> Continuation:
+    decision = records.decision(injection.decision_id) if injection else None
+    if message is not None:
+        before = db.neighbours(message, Role.ASSISTANT, before=True)
+        outcome = outcome_of(db.neighbours(message, Role.ASSISTANT, before=False))
+        time, session_id = message.time_created, message.session_id
+    elif injection is not None:
+        trigger_id = decision.message_id if decision else None
+        before = db.message(trigger_id) if trigger_id else None
+        outcome = _undelivered(injection)
+        time, session_id = injection.created, injection.session_id
+    else:
+        raise ValueError("a continuation needs an injection record or a message")
+    trigger = classify_message(db, before, now=now) if before is not None else None
+    return Continuation(time, session_id, injection, decision, message, trigger, outcome)
+
+
+def build_trace(
+    db: OpenCodeDB,
+    records: DaemonRecords,
+    *,
+    now: datetime,
+    since: datetime | None = None,
+    days: int | None = None,
+    session_id: str | None = None,
+) -> TraceReport:
+    """``records`` must already be limited to the same session / window."""
+    marked = db.messages_by_id(db.marker_message_ids(since, session_id))
+    by_injection = {_marker_injection_id(m): m for m in marked if m.role is Role.USER}
+    injections = [i for i in records.injections if session_id in (None, i.session_id)]
+    confirmed = {i.message_id for i in injections if i.message_id}
+    found = [
+        _continuation(db, records, i, _delivered(db, marked, by_injection, i), now)
+        for i in injections
+    ]
+    known = {i.id for i in injections}
+    for message in marked:
+        if message.id not in confirmed and _marker_injection_id(message) not in known:
+            found.append(_continuation(db, records, None, message, now))
+    found.sort(key=lambda c: c.time)
+    declined = tuple(
+        d
+        for d in records.decisions
+        if d.action in DECLINED_ACTIONS and session_id in (None, d.session_id)
+    )
+    return TraceReport(days, session_id, since, tuple(found), declined)
+
+
+def _delivered(
+    db: OpenCodeDB,
+    marked: list[Message],
+    by_injection: dict[int | None, Message],
+    injection: InjectionRecord,
+) -> Message | None:
+    """The user message an injection became: by its marker, else by the confirmed id (in
+    case OpenCode did not keep the part metadata)."""
+    found = by_injection.get(injection.id)
+    if found is None and injection.message_id:
+        found = next((m for m in marked if m.id == injection.message_id), None)
+        found = found or db.message(injection.message_id)
+    return found
+
+
+def _continuation_json(item: Continuation) -> dict[str, Any]:
+    trigger = item.trigger
+    return {
+        "time": iso(item.time),
+        "session_id": item.session_id,
+        "injection_id": item.injection.id if item.injection else None,
+        "decision_id": item.injection.decision_id if item.injection else None,
+        "state": item.injection.state if item.injection else None,
+        "message_id": item.message.id if item.message else None,
+        "text": item.injection.text if item.injection else _text(item.message),
+        "trigger": None
+        if trigger is None
+        else {
+            "message_id": trigger.step.id,
+            "kind": str(trigger.verdict.kind),
+            "reason": trigger.verdict.reason,
+            "finish": trigger.step.finish,
+            "tokens": tokens_json(trigger.step.tokens),
+            "error": trigger.step.error.name if trigger.step.error else None,
+        },
+        "outcome": {
+            "status": item.outcome.status,
+            "detail": item.outcome.detail,
+            "message_id": item.outcome.message_id,
+        },
+    }
+
+
+def _text(message: Message | None) -> str | None:
+    return None if message is None else " ".join(p.text for p in message.parts if p.text)
+
+
+def trace_json(report: TraceReport) -> str:
+    body = {
+        "days": report.days,
+        "session_id": report.session_id,
+        "since": iso(report.since),
+        "continuations": [_continuation_json(c) for c in report.continuations],
+        "declined": [
+            {
+                "time": iso(d.at),
+                "session_id": d.session_id,
+                "decision_id": d.id,
+                "action": d.action,
+                "kind": d.kind,
+                "reason": d.reason,
+                "message_id": d.message_id,
+            }
+            for d in report.declined
+        ],
+    }
+    return dump_json("trace", body)
+
+
+def _outcome_text(outcome: Outcome, style: Style) -> str:
+    colour = {"recovered": "green", "failed": "red", "not_sent": "red", "blank": "yellow"}
+    return style.paint(outcome.detail, colour.get(outcome.status, "bright_black"))
+
+
+def _continuation_lines(item: Continuation, style: Style) -> list[str]:
+    source = (
+        f"injection #{item.injection.id} ({item.injection.state})"
+        if item.injection
+        else ("marker in OpenCode's DB (not in the store)")
+    )
+    text = item.injection.text if item.injection else _text(item.message)
+    head = f"[{style.local(item.time)}] ses={short_id(item.session_id)} {source}"
+    lines = [f'{head} "{excerpt(text, 40)}"']
+    trigger = item.trigger
+    if trigger is None:
+        lines.append("    trigger: (no earlier assistant step)")
+    else:
+        step = trigger.step
+        lines.append(
+            f"    trigger: {trigger.verdict.kind} — {trigger.verdict.reason} "
+            f"(finish={step.finish or '-'} out={step.tokens.output} in={step.tokens.input} "
+            f"cacheRead={step.tokens.cache_read} parts={len(step.parts)}"
+            f"{' error=' + step.error.name if step.error else ''})"
+        )
+    lines.append(f"    outcome: {_outcome_text(item.outcome, style)}")
+    return lines
+
+
+def render_trace(report: TraceReport, style: Style) -> str:
+    scope = (
+        f"session {report.session_id}"
+        if report.session_id
+        else ("all time" if report.since is None else f"last {report.days} days")
+    )
+    lines = [style.head(f"autoretry trace — {scope}"), RULE]
+    lines.append(f"Continuations: {len(report.continuations)}")
+    for item in report.continuations:
+        lines.extend(_continuation_lines(item, style))
+    lines += [RULE, f"Decisions not to act: {len(report.declined)}"]
+    for decision in report.declined:
+        lines.append(
+            f"[{style.local(decision.at)}] ses={short_id(decision.session_id)} "
+            f"{decision.action.upper()} {decision.kind or '-'}: {decision.reason}"
+        )
+    return "\n".join(lines)
