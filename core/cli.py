@@ -59,8 +59,9 @@ def main(
 
 def _attach_commands() -> None:
     from opencode_autoretry.diagnostics.commands import COMMANDS as REPORTS
+    from opencode_autoretry.plugin_bridge.commands import COMMANDS as BRIDGE
 
-    for command in REPORTS:
+    for command in [*REPORTS, *BRIDGE]:
         main.add_command(command)
 
 

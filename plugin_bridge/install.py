@@ -1,0 +1,158 @@
+"""Installs the bridge plugin and the ``/autoretry`` command file into OpenCode's config dir.
+
+Idempotent. A command file the user edited is never overwritten without ``force``; the plugin
+file is replaced only when it is ours (its first line names the bridge) or with ``force``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import resources
+from pathlib import Path
+
+PLUGIN_NAME = "autoretry.js"
+COMMAND_NAME = "autoretry.md"
+PLUGIN_SIGNATURE = b"// opencode-autoretry bridge"
+#: sha256 of command files shipped by earlier releases: safe to replace on upgrade.
+PREVIOUS_COMMAND_SHA256: frozenset[str] = frozenset()
+
+
+class FileState(StrEnum):
+    MISSING = "missing"
+    CURRENT = "current"  # identical to the shipped file
+    OUTDATED = "outdated"  # ours, from another release
+    CUSTOMISED = "customised"  # edited by the user, or not ours
+
+
+class Action(StrEnum):
+    INSTALLED = "installed"
+    UPDATED = "updated"
+    UNCHANGED = "unchanged"
+    KEPT = "kept"  # customised: left alone
+    REPLACED = "replaced"  # customised, overwritten because of --force
+    REMOVED = "removed"
+    ABSENT = "absent"
+
+
+CHANGED = frozenset({Action.INSTALLED, Action.UPDATED, Action.REPLACED})
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    name: str
+    subdir: str  # below OpenCode's config dir
+
+    def target(self, config_dir: Path) -> Path:
+        return config_dir / self.subdir / self.name
+
+    def content(self) -> bytes:
+        return resources.files("opencode_autoretry.plugin_bridge").joinpath(self.name).read_bytes()
+
+
+PLUGIN = ShippedFile(PLUGIN_NAME, "plugins")
+COMMAND = ShippedFile(COMMAND_NAME, "command")
+SHIPPED = (PLUGIN, COMMAND)
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    file: ShippedFile
+    target: Path
+    state: FileState
+
+
+@dataclass(frozen=True)
+class Step:
+    target: Path
+    action: Action
+
+
+def _state(file: ShippedFile, existing: bytes | None) -> FileState:
+    if existing is None:
+        return FileState.MISSING
+    if existing == file.content():
+        return FileState.CURRENT
+    if file is PLUGIN and existing.startswith(PLUGIN_SIGNATURE):
+        return FileState.OUTDATED
+    if file is COMMAND and hashlib.sha256(existing).hexdigest() in PREVIOUS_COMMAND_SHA256:
+        return FileState.OUTDATED
+    return FileState.CUSTOMISED
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def file_status(file: ShippedFile, config_dir: Path) -> FileStatus:
+    target = file.target(config_dir)
+    return FileStatus(file, target, _state(file, _read(target)))
+
+
+def status(config_dir: Path) -> list[FileStatus]:
+    return [file_status(file, config_dir) for file in SHIPPED]
+
+
+def _write(path: Path, data: bytes) -> None:
+    # Write-then-rename so a running OpenCode never loads a half-written plugin.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary.write_bytes(data)
+    temporary.replace(path)
+
+
+_INSTALL_ACTIONS = {
+    FileState.MISSING: Action.INSTALLED,
+    FileState.CURRENT: Action.UNCHANGED,
+    FileState.OUTDATED: Action.UPDATED,
+}
+
+
+def install(config_dir: Path, force: bool = False) -> list[Step]:
+    steps = []
+    for current in status(config_dir):
+        action = _INSTALL_ACTIONS.get(current.state)
+        if action is None:
+            action = Action.REPLACED if force else Action.KEPT
+        if action in CHANGED:
+            _write(current.target, current.file.content())
+        steps.append(Step(current.target, action))
+    return steps
+
+
+def uninstall(config_dir: Path, force: bool = False) -> list[Step]:
+    steps = []
+    for current in status(config_dir):
+        if current.state is FileState.MISSING:
+            steps.append(Step(current.target, Action.ABSENT))
+        elif current.state is FileState.CUSTOMISED and not force:
+            steps.append(Step(current.target, Action.KEPT))
+        else:
+            current.target.unlink()
+            steps.append(Step(current.target, Action.REMOVED))
+    return steps
+
+
+def duplicate_plugins(config_dir: Path) -> list[Path]:
+    """Other copies OpenCode would also load (it scans both ``plugin/`` and ``plugins/``)."""
+    other = config_dir / "plugin" / PLUGIN_NAME
+    return [other] if other.exists() else []
+
+
+def socket_alive(path: Path, timeout: float = 0.5) -> bool:
+    """True when something accepts connections on the daemon's socket."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True

@@ -1,0 +1,371 @@
+"""The bridge protocol (v1): JSON lines between the in-OpenCode plugin and the daemon.
+
+One JSON object per ``\\n``-terminated UTF-8 line, each with ``"v": 1`` and ``"type"``.
+Changes inside v1 are additive only (new optional fields, new types); a receiver ignores
+fields it does not know and tolerates (and counts) types it does not know. The same field
+table lives in ``autoretry.js`` (``SCHEMA``); both sides are checked against the shared
+fixtures in ``tests/fixtures/bridge/``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = 1
+MAX_LINE_BYTES = 1024 * 1024
+
+# Field kinds: "str", "int", "bool", "obj", "num"; a trailing "?" means optional / nullable.
+SCHEMA: dict[str, dict[str, str]] = {
+    # bridge -> daemon
+    "hello": {
+        "pid": "int",
+        "directory": "str",
+        "project": "str?",
+        "opencode": "str?",
+        "bridge": "str?",
+        "server_url": "str?",
+    },
+    "event": {"t": "int", "event": "obj"},
+    "chat.message": {
+        "t": "int",
+        "session_id": "str",
+        "message_id": "str?",
+        "agent": "str?",
+        "model": "obj?",
+        "variant": "str?",
+        "marker": "obj?",
+        "synthetic": "bool?",
+        "text": "str?",
+        "command": "bool?",
+    },
+    "command": {"id": "str", "session_id": "str?", "name": "str", "arguments": "str?"},
+    "ack": {"id": "str", "ok": "bool", "error": "str?", "result": "obj?"},
+    "stats": {
+        "dropped": "int",
+        "queued": "int",
+        "sent": "int?",
+        "reconnects": "int?",
+        "unknown": "int?",
+    },
+    # daemon -> bridge
+    "welcome": {"daemon": "str"},
+    "prompt": {
+        "id": "str",
+        "session_id": "str",
+        "text": "str",
+        "agent": "str?",
+        "model": "obj?",
+        "variant": "str?",
+        "marker": "obj?",
+    },
+    "abort": {"id": "str", "session_id": "str"},
+    "toast": {
+        "id": "str?",
+        "title": "str?",
+        "message": "str",
+        "variant": "str?",
+        "duration": "int?",
+    },
+    "log": {"id": "str?", "level": "str", "message": "str", "extra": "obj?"},
+    "reply": {"id": "str", "ok": "bool", "title": "str?", "message": "str", "variant": "str?"},
+    "trim": {
+        "id": "str?",
+        "session_id": "str",
+        "message_id": "str",
+        "part_id": "str",
+        "keep_chars": "int",
+    },
+}
+BRIDGE_TYPES = frozenset({"hello", "event", "chat.message", "command", "ack", "stats"})
+DAEMON_TYPES = frozenset({"welcome", "prompt", "abort", "toast", "log", "reply", "trim"})
+
+
+class ProtocolError(ValueError):
+    """A line that is not a valid v1 message; ``reason`` is a stable code shared with the JS."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    provider_id: str
+    model_id: str
+
+    @classmethod
+    def parse(cls, raw: Mapping[str, Any] | None) -> ModelRef | None:
+        if not raw:
+            return None
+        provider, model = raw.get("providerID"), raw.get("modelID")
+        if isinstance(provider, str) and isinstance(model, str):
+            return cls(provider, model)
+        return None
+
+    def wire(self) -> dict[str, str]:
+        return {"providerID": self.provider_id, "modelID": self.model_id}
+
+
+# ---------------------------------------------------------------- bridge -> daemon
+
+
+@dataclass(frozen=True)
+class Hello:
+    pid: int
+    directory: str
+    project: str | None = None
+    opencode: str | None = None
+    bridge: str | None = None
+    server_url: str | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    """A bus event from the plugin's ``event`` hook: ``event`` is ``{type, properties}``."""
+
+    t: int
+    event: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def event_type(self) -> str:
+        return str(self.event.get("type", ""))
+
+    @property
+    def properties(self) -> Mapping[str, Any]:
+        value = self.event.get("properties")
+        return value if isinstance(value, Mapping) else {}
+
+    @property
+    def session_id(self) -> str | None:
+        props = self.properties
+        for source in (props, props.get("info"), props.get("part")):
+            if isinstance(source, Mapping) and isinstance(source.get("sessionID"), str):
+                return str(source["sessionID"])
+        return None
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """The plugin's ``chat.message`` hook: a user message about to be saved."""
+
+    t: int
+    session_id: str
+    message_id: str | None = None
+    agent: str | None = None
+    model: ModelRef | None = None
+    variant: str | None = None
+    marker: Mapping[str, Any] | None = None
+    synthetic: bool = False
+    text: str = ""
+    command: bool = False  # the text is a "/autoretry ..." line that reached the chat
+
+
+@dataclass(frozen=True)
+class Command:
+    id: str
+    name: str
+    session_id: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True)
+class Ack:
+    id: str
+    ok: bool
+    error: str | None = None
+    result: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Stats:
+    dropped: int
+    queued: int
+    sent: int | None = None
+    reconnects: int | None = None
+    unknown: int | None = None
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A message of a type this side does not know (tolerated, counted by the receiver)."""
+
+    type: str
+    data: Mapping[str, Any] = field(repr=False)
+
+
+BridgeInbound = Hello | Event | ChatMessage | Command | Ack | Stats | Unknown
+
+
+# ---------------------------------------------------------------- daemon -> bridge
+
+
+@dataclass(frozen=True)
+class Welcome:
+    daemon: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    session_id: str
+    text: str
+    agent: str | None = None
+    model: ModelRef | None = None
+    variant: str | None = None
+    marker: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Abort:
+    id: str
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Toast:
+    message: str
+    id: str | None = None
+    title: str | None = "autoretry"
+    variant: str | None = "info"
+    duration: int | None = None
+
+
+@dataclass(frozen=True)
+class Log:
+    level: str
+    message: str
+    id: str | None = None
+    extra: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Reply:
+    id: str
+    ok: bool
+    message: str
+    title: str | None = "autoretry"
+    variant: str | None = "info"
+
+
+@dataclass(frozen=True)
+class Trim:
+    session_id: str
+    message_id: str
+    part_id: str
+    keep_chars: int
+    id: str | None = None
+
+
+DaemonOutbound = Welcome | Prompt | Abort | Toast | Log | Reply | Trim
+
+_CLASSES: dict[str, type] = {
+    "hello": Hello,
+    "event": Event,
+    "chat.message": ChatMessage,
+    "command": Command,
+    "ack": Ack,
+    "stats": Stats,
+    "welcome": Welcome,
+    "prompt": Prompt,
+    "abort": Abort,
+    "toast": Toast,
+    "log": Log,
+    "reply": Reply,
+    "trim": Trim,
+}
+_TYPE_OF = {cls: name for name, cls in _CLASSES.items()}
+
+
+def _kind_ok(kind: str, value: object) -> bool:
+    if kind == "str":
+        return isinstance(value, str)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "num":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind == "bool":
+        return isinstance(value, bool)
+    return isinstance(value, dict)  # "obj"
+
+
+def validate(obj: object) -> dict[str, Any]:
+    """Check a decoded object against the v1 table; returns it, or raises ProtocolError."""
+    if not isinstance(obj, dict):
+        raise ProtocolError("not_object", f"expected a JSON object, got {type(obj).__name__}")
+    version = obj.get("v")
+    if version != PROTOCOL_VERSION or isinstance(version, bool):
+        raise ProtocolError("bad_version", f"v must be {PROTOCOL_VERSION}, got {version!r}")
+    kind = obj.get("type")
+    if not isinstance(kind, str) or not kind:
+        raise ProtocolError("bad_type", f"type must be a non-empty string, got {kind!r}")
+    for name, spec in SCHEMA.get(kind, {}).items():
+        optional = spec.endswith("?")
+        value = obj.get(name)
+        if value is None:
+            if not optional:
+                raise ProtocolError("missing_field", f"{kind}: {name} is required")
+            continue
+        if not _kind_ok(spec.rstrip("?"), value):
+            raise ProtocolError("bad_field", f"{kind}: {name} must be {spec.rstrip('?')}")
+    return obj
+
+
+def parse_line(line: bytes | str) -> dict[str, Any]:
+    """Decode and validate one line (either direction) into a plain dict."""
+    raw = line if isinstance(line, bytes) else line.encode("utf-8")
+    if len(raw) > MAX_LINE_BYTES:
+        raise ProtocolError("too_long", f"{len(raw)} bytes > {MAX_LINE_BYTES}")
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError("bad_json", str(exc)) from exc
+    return validate(obj)
+
+
+def _build(kind: str, obj: Mapping[str, Any]) -> Any:
+    cls = _CLASSES[kind]
+    values = {k: obj[k] for k in SCHEMA[kind] if obj.get(k) is not None}
+    if "model" in values:
+        values["model"] = ModelRef.parse(values["model"])
+    if kind == "command":
+        values.setdefault("arguments", "")
+    if kind == "chat.message":
+        values.setdefault("text", "")
+    return cls(**values)
+
+
+def decode(line: bytes | str, allowed: frozenset[str]) -> Any:
+    """Parse one line into its dataclass; types outside ``allowed`` become ``Unknown``."""
+    obj = parse_line(line)
+    kind = obj["type"]
+    if kind not in allowed:
+        return Unknown(type=kind, data=obj)
+    return _build(kind, obj)
+
+
+def decode_from_bridge(line: bytes | str) -> BridgeInbound:
+    return decode(line, BRIDGE_TYPES)
+
+
+def decode_from_daemon(line: bytes | str) -> DaemonOutbound | Unknown:
+    return decode(line, DAEMON_TYPES)
+
+
+def to_wire(message: Any) -> dict[str, Any]:
+    """A message dataclass as its wire dict (``v`` and ``type`` first, ``None`` kept)."""
+    kind = _TYPE_OF[type(message)]
+    body = asdict(message)
+    if isinstance(body.get("model"), dict):
+        body["model"] = ModelRef(**body["model"]).wire()
+    return {"v": PROTOCOL_VERSION, "type": kind, **body}
+
+
+def encode(message: Any) -> bytes:
+    """One message as a ``\\n``-terminated line; refuses what the other side would drop."""
+    data = json.dumps(to_wire(message), ensure_ascii=False, separators=(",", ":")).encode()
+    if len(data) >= MAX_LINE_BYTES:
+        raise ProtocolError("too_long", f"{len(data)} bytes >= {MAX_LINE_BYTES}")
+    return data + b"\n"

@@ -1,0 +1,339 @@
+"""Runs the real OpenCode (1.18.33) for the e2e suite, isolated and on 127.0.0.1 only.
+
+- ``ensure_opencode()``: the binary, npm-installed into a cache dir outside the repository
+  (``$AUTORETRY_E2E_CACHE``, default ``~/.cache/opencode-autoretry-e2e``) when missing;
+  ``$AUTORETRY_E2E_OPENCODE`` names a binary explicitly.
+- ``prepare_home(root, provider_url)``: HOME + XDG dirs, ``opencode.json`` pointing at the fake
+  provider, the bridge installed with the real installer.
+- ``OpenCodeServer.start(...)``: ``opencode serve --port 0 --hostname 127.0.0.1``; JSON helpers
+  for sessions, prompts, commands, abort; ``events`` is an ``EventLog`` fed by ``/event``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opencode_autoretry.plugin_bridge import install
+
+OPENCODE_VERSION = "1.18.33"
+LISTENING = "opencode server listening on "
+
+
+def cache_dir() -> Path:
+    raw = os.environ.get("AUTORETRY_E2E_CACHE") or "~/.cache/opencode-autoretry-e2e"
+    return Path(raw).expanduser()
+
+
+def ensure_opencode() -> Path:
+    explicit = os.environ.get("AUTORETRY_E2E_OPENCODE")
+    if explicit:
+        return Path(explicit)
+    binary = cache_dir() / "node_modules" / ".bin" / "opencode"
+    if not binary.exists():
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        subprocess.run(
+            [
+                "npm",
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--prefix",
+                str(cache_dir()),
+                f"opencode-ai@{OPENCODE_VERSION}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    if version.stdout.strip() != OPENCODE_VERSION:
+        raise RuntimeError(f"{binary} is {version.stdout.strip()!r}, expected {OPENCODE_VERSION}")
+    return binary
+
+
+@dataclass(frozen=True)
+class OpenCodeHome:
+    root: Path
+    project: Path
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config" / "opencode"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data" / "opencode"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("XDG_", "AUTORETRY_", "OPENCODE_"))
+        }
+        base.update(
+            HOME=str(self.root / "home"),
+            XDG_CONFIG_HOME=str(self.root / "config"),
+            XDG_DATA_HOME=str(self.root / "data"),
+            XDG_STATE_HOME=str(self.root / "state"),
+            XDG_CACHE_HOME=str(self.root / "cache"),
+            OPENCODE_DISABLE_MODELS_FETCH="1",
+            OPENCODE_DISABLE_AUTOUPDATE="1",
+            OPENCODE_DISABLE_SHARE="1",
+        )
+        base.update(extra)
+        return base
+
+
+def opencode_config(provider_url: str) -> dict[str, Any]:
+    models = {
+        "fake-model": {"name": "Fake Model", "limit": {"context": 100000, "output": 4096}},
+        "fake-small": {"name": "Fake Small", "limit": {"context": 100000, "output": 4096}},
+    }
+    short = {"chunkTimeout": 6000, "headerTimeout": 6000}
+    return {
+        "$schema": "https://opencode.ai/config.json",
+        "autoupdate": False,
+        "share": "disabled",
+        "model": "fake/fake-model",
+        "small_model": "fake/fake-small",
+        "provider": {
+            "fake": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Fake LLM",
+                "options": {"baseURL": provider_url, "apiKey": "sk-fake"},
+                "models": models,
+            },
+            "fakect": {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": "Fake LLM, short timeouts",
+                "options": {"baseURL": provider_url, "apiKey": "sk-fake", **short},
+                "models": {"fake-model": models["fake-model"]},
+            },
+        },
+    }
+
+
+def prepare_home(root: Path, provider_url: str) -> OpenCodeHome:
+    home = OpenCodeHome(root=root, project=root / "project")
+    for sub in ("home", "config/opencode", "data", "state", "cache", "project"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    (home.config_dir / "opencode.json").write_text(
+        json.dumps(opencode_config(provider_url), indent=2)
+    )
+    install.install(home.config_dir)
+    return home
+
+
+class EventLog:
+    """Collects ``/event`` SSE payloads; ``wait_for`` polls with a deadline."""
+
+    def __init__(self) -> None:
+        self._events: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+
+    def add(self, event: dict[str, Any]) -> None:
+        with self._cond:
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def all(self) -> list[dict[str, Any]]:
+        with self._cond:
+            return list(self._events)
+
+    def of_type(self, kind: str) -> list[dict[str, Any]]:
+        return [e for e in self.all() if e.get("type") == kind]
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        checked = 0  # each event is tested once: long streams must not cost O(n^2)
+        with self._cond:
+            while True:
+                for event in self._events[checked:]:
+                    checked += 1
+                    if predicate(event):
+                        return event
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    seen = [e.get("type") for e in self._events][-40:]
+                    raise AssertionError(f"no event {what} within {timeout}s; last seen: {seen}")
+                self._cond.wait(left)
+
+
+def _read_sse(response: Any, log: EventLog) -> None:
+    try:
+        for raw in response:
+            line = raw.decode("utf-8", "replace").strip()
+            if line.startswith("data:"):
+                try:
+                    log.add(json.loads(line[5:]))
+                except json.JSONDecodeError:
+                    continue
+    except (OSError, ValueError):
+        return
+
+
+class OpenCodeServer:
+    """One ``opencode serve`` process; use as a context manager or call ``stop()``."""
+
+    def __init__(
+        self, process: subprocess.Popen[bytes], url: str, home: OpenCodeHome, started_in: float
+    ) -> None:
+        self.process = process
+        self.url = url.rstrip("/")
+        self.home = home
+        self.started_in = started_in
+        self.stdout: list[str] = []
+        self.stderr_path: Path | None = None
+        self.events = EventLog()
+
+    @classmethod
+    def start(
+        cls,
+        binary: Path,
+        home: OpenCodeHome,
+        env: dict[str, str] | None = None,
+        timeout: float = 120.0,
+    ) -> OpenCodeServer:
+        began = time.monotonic()
+        stderr_path = home.root / f"opencode-{time.time_ns()}.stderr"
+        log_file = stderr_path.open("wb")
+        process = subprocess.Popen(
+            [str(binary), "serve", "--port", "0", "--hostname", "127.0.0.1"],
+            cwd=home.project,
+            env=home.env(**(env or {})),
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            stdin=subprocess.DEVNULL,
+        )
+        stdout: list[str] = []
+        url = _await_url(process, timeout, stdout)
+        server = cls(process, url, home, time.monotonic() - began)
+        server.stdout, server.stderr_path = stdout, stderr_path
+        server._follow_events()
+        return server
+
+    def _follow_events(self) -> None:
+        response = urllib.request.urlopen(f"{self.url}/event", timeout=3600)
+        threading.Thread(target=_read_sse, args=(response, self.events), daemon=True).start()
+        self.events.wait_for(lambda e: e.get("type") == "server.connected", 30, "server.connected")
+
+    def output(self) -> str:
+        """Everything the process printed so far (stdout lines + stderr)."""
+        err = self.stderr_path.read_text(errors="replace") if self.stderr_path else ""
+        return "\n".join(self.stdout) + "\n" + err
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=15)
+
+    def __enter__(self) -> OpenCodeServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---------------------------------------------------------------- HTTP helpers
+
+    def request(
+        self, method: str, path: str, body: object = None, timeout: float = 30.0
+    ) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            f"{self.url}{path}",
+            data=data,
+            method=method,
+            headers={"content-type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as err:
+            raw, status = err.read(), err.code
+        return status, (json.loads(raw) if raw.strip() else None)
+
+    def ok(self, method: str, path: str, body: object = None) -> Any:
+        status, payload = self.request(method, path, body)
+        assert 200 <= status < 300, f"{method} {path} -> {status}: {payload}"
+        return payload
+
+    def create_session(
+        self, parent_id: str | None = None, title: str | None = None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if parent_id:
+            body["parentID"] = parent_id
+        if title:
+            body["title"] = title
+        return self.ok("POST", "/session", body)
+
+    def prompt_async(self, session_id: str, text: str, **extra: Any) -> None:
+        self.ok(
+            "POST",
+            f"/session/{session_id}/prompt_async",
+            {"parts": [{"type": "text", "text": text}], **extra},
+        )
+
+    def command(self, session_id: str, name: str, arguments: str) -> tuple[int, Any]:
+        return self.request(
+            "POST", f"/session/{session_id}/command", {"command": name, "arguments": arguments}
+        )
+
+    def messages(self, session_id: str) -> list[dict[str, Any]]:
+        return self.ok("GET", f"/session/{session_id}/message")
+
+    def session(self, session_id: str) -> dict[str, Any]:
+        return self.ok("GET", f"/session/{session_id}")
+
+    def abort(self, session_id: str) -> Any:
+        return self.ok("POST", f"/session/{session_id}/abort")
+
+    def wait_idle(self, session_id: str, timeout: float) -> dict[str, Any]:
+        return self.events.wait_for(
+            lambda e: (
+                e.get("type") == "session.idle" and e["properties"].get("sessionID") == session_id
+            ),
+            timeout,
+            f"session.idle for {session_id}",
+        )
+
+
+def _await_url(process: subprocess.Popen[bytes], timeout: float, lines: list[str]) -> str:
+    """The URL ``serve`` prints; every stdout line is kept in ``lines`` (tests check it)."""
+    found: list[str] = []
+    done = threading.Event()
+
+    def scan() -> None:
+        assert process.stdout is not None
+        for raw in process.stdout:
+            line = raw.decode("utf-8", "replace").strip()
+            lines.append(line)
+            if LISTENING in line and not found:
+                found.append(line.split(LISTENING, 1)[1].strip())
+                done.set()
+        done.set()
+
+    threading.Thread(target=scan, daemon=True).start()
+    if not done.wait(timeout) or not found:
+        process.kill()
+        raise AssertionError(
+            f"opencode serve printed no URL within {timeout}s (exit {process.poll()})"
+        )
+    return found[0]

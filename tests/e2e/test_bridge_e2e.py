@@ -1,0 +1,258 @@
+"""End to end: the bridge plugin inside the real OpenCode 1.18.33, talking to a daemon stand-in.
+
+Each test starts its own ``opencode serve`` (≈2-4 s) on a private daemon socket; the config dir
+is prepared once per session (see conftest.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from opencode_autoretry.daemon.bridges import BridgeMessage
+from opencode_autoretry.plugin_bridge.protocol import (
+    Abort,
+    ChatMessage,
+    Command,
+    Log,
+    ModelRef,
+    Prompt,
+    Stats,
+    Toast,
+)
+
+pytestmark = pytest.mark.e2e
+
+TURN_TIMEOUT = 30.0
+
+
+def _is(kind: type, **fields: Any):
+    def predicate(item: Any) -> bool:
+        message = getattr(item, "message", None)
+        return (
+            isinstance(item, BridgeMessage)
+            and isinstance(message, kind)
+            and all(getattr(message, k) == v for k, v in fields.items())
+        )
+
+    return predicate
+
+
+def _bridge_event(event_type: str, session_id: str):
+    def predicate(item: Any) -> bool:
+        message = getattr(item, "message", None)
+        return (
+            getattr(message, "event_type", None) == event_type and message.session_id == session_id
+        )
+
+    return predicate
+
+
+def _toast(server, needle: str) -> dict[str, Any]:
+    return server.events.wait_for(
+        lambda e: (
+            e.get("type") == "tui.toast.show" and needle in e["properties"].get("message", "")
+        ),
+        10,
+        f"tui.toast.show containing {needle!r}",
+    )
+
+
+def test_bridge_says_hello_and_streams_a_real_turn(provider, standin, start_opencode):
+    server = start_opencode(AUTORETRY_BRIDGE_STATS_MS="300")
+    server.ok("GET", "/path")
+    hello = standin.wait_connected().hello
+    assert (hello.pid, hello.directory, hello.project) == (
+        server.process.pid,
+        str(server.home.project),
+        "global",
+    )
+    assert hello.opencode == "1.18.33"
+    assert hello.server_url == server.url + "/"  # serve really listens, so the URL is real
+
+    session = server.create_session()["id"]
+    server.prompt_async(session, "Say hello [[s:normal]]")
+    server.wait_idle(session, TURN_TIMEOUT)
+    standin.wait_for(_bridge_event("session.idle", session), 10, "session.idle via the bridge")
+
+    kinds = [e.event_type for e in standin.events() if e.session_id == session]
+    for expected in (
+        "session.created",
+        "session.status",
+        "message.updated",
+        "message.part.updated",
+        "message.part.delta",
+        "session.idle",
+    ):
+        assert expected in kinds, f"{expected} missing from {kinds}"
+    chat = standin.messages(ChatMessage)[0]
+    assert (chat.session_id, chat.agent, chat.model, chat.marker, chat.command) == (
+        session,
+        "build",
+        ModelRef("fake", "fake-model"),
+        None,
+        False,
+    )
+    assert chat.text == "Say hello [[s:normal]]"
+    stats = standin.wait_for(_is(Stats), 10, "stats").message
+    assert stats.dropped == 0
+    assert [c.sessions for c in standin.server.connections()] == [frozenset({session})]
+
+
+@pytest.mark.parametrize("arguments", ["status", "off", "on here"])
+def test_autoretry_command_toasts_the_daemon_reply_and_never_calls_the_model(
+    arguments, provider, standin, start_opencode
+):
+    server = start_opencode()
+    session = server.create_session()["id"]
+    standin.wait_connected()
+
+    status, _ = server.command(session, "autoretry", arguments)
+
+    assert status == 500  # the plugin throws to stop the model call (reference §6.5)
+    _toast(server, f"stand-in: {arguments}")
+    command = standin.wait_for(_is(Command), 5, "command").message
+    assert (command.name, command.arguments, command.session_id) == (
+        "autoretry",
+        arguments,
+        session,
+    )
+    assert provider.requests(include_titles=True) == []
+    assert server.messages(session) == []
+    assert standin.messages(ChatMessage) == []  # never a user message
+
+
+def test_autoretry_command_without_daemon_says_how_to_start_it(provider, start_opencode):
+    server = start_opencode()  # nothing listens on the socket
+    session = server.create_session()["id"]
+
+    status, _ = server.command(session, "autoretry", "status")
+
+    assert status == 500
+    _toast(server, "autoretry run")
+    assert provider.requests(include_titles=True) == []
+    assert server.messages(session) == []
+
+
+def test_daemon_prompt_arrives_with_agent_model_and_durable_marker(
+    provider, standin, start_opencode
+):
+    server = start_opencode()
+    session = server.create_session()["id"]
+    standin.wait_connected()
+    marker = {"decision": "12", "injection": "7", "kind": "blank"}
+    model = ModelRef("fakect", "fake-model")
+
+    ack = standin.request(
+        Prompt(
+            id=standin.next_id(),
+            session_id=session,
+            text="Continue.",
+            agent="plan",
+            model=model,
+            marker=marker,
+        )
+    )
+
+    assert ack.ok, ack.error
+    server.wait_idle(session, TURN_TIMEOUT)
+    user = next(m for m in server.messages(session) if m["info"]["role"] == "user")
+    assert user["info"]["agent"] == "plan"
+    assert user["info"]["model"] == {"providerID": "fakect", "modelID": "fake-model"}
+    assert user["parts"][0]["text"] == "Continue."
+    assert user["parts"][0]["metadata"] == {"autoretry": marker}  # OpenCode keeps the marker
+    chat = standin.wait_for(_is(ChatMessage, session_id=session), 5, "chat.message").message
+    assert chat.marker == marker
+    sent = [r.last_user_text for r in provider.requests()]
+    assert len(sent) == 1 and sent[0].startswith("Continue.")  # plan mode appends a reminder
+
+
+def test_prompt_for_child_or_unknown_session_is_refused(provider, standin, start_opencode):
+    server = start_opencode()
+    root = server.create_session()["id"]
+    child = server.create_session(parent_id=root)["id"]
+    standin.wait_connected()
+
+    refused_child = standin.request(
+        Prompt(id=standin.next_id(), session_id=child, text="Continue.")
+    )
+    refused_unknown = standin.request(
+        Prompt(id=standin.next_id(), session_id="ses_doesnotexist0000000000", text="Continue.")
+    )
+
+    assert (refused_child.ok, refused_child.error) == (False, "child session")
+    assert (refused_unknown.ok, refused_unknown.error) == (False, "unreadable")
+    assert server.messages(child) == []
+    assert provider.requests(include_titles=True) == []
+
+
+def test_abort_toast_and_log_requests_are_acknowledged(provider, standin, start_opencode):
+    server = start_opencode()
+    session = server.create_session()["id"]
+    standin.wait_connected()
+    server.prompt_async(session, "Wait forever [[s:stall]]")
+    provider.wait_for_requests(1, TURN_TIMEOUT)
+
+    toast = standin.request(Toast(id=standin.next_id(), message="hello from the daemon"))
+    logged = standin.request(Log(id=standin.next_id(), level="info", message="a bridge log line"))
+    aborted = standin.request(Abort(id=standin.next_id(), session_id=session))
+
+    assert (toast.ok, logged.ok, aborted.ok) == (True, True, True)
+    _toast(server, "hello from the daemon")
+    server.wait_idle(session, TURN_TIMEOUT)
+    last = server.messages(session)[-1]["info"]
+    assert last["error"]["name"] == "MessageAbortedError"
+
+
+def test_bridge_reconnects_when_the_daemon_restarts(provider, standin, start_opencode):
+    server = start_opencode()
+    server.ok("GET", "/path")
+    first = standin.wait_connected()
+
+    standin.stop()
+    standin.start()
+    second = standin.wait_connected(timeout=15, after=1)
+
+    assert second.hello.pid == first.hello.pid
+    session = server.create_session()["id"]
+    standin.wait_for(
+        _bridge_event("session.created", session), 10, "session.created after reconnect"
+    )
+
+
+def test_opencode_with_the_bridge_and_no_daemon_completes_a_turn(provider, start_opencode):
+    server = start_opencode()  # nothing listens on the socket
+    session = server.create_session()["id"]
+
+    server.prompt_async(session, "Say hello [[s:normal]]")
+    server.wait_idle(session, TURN_TIMEOUT)
+
+    assistant = server.messages(session)[-1]["info"]
+    assert (assistant["role"], assistant["finish"]) == ("assistant", "stop")
+    assert [r.behaviour for r in provider.requests()] == ["normal"]
+    assert "autoretry" not in server.output().lower()  # the bridge prints nothing
+
+
+def test_every_delta_of_a_long_answer_reaches_the_daemon(provider, standin, start_opencode):
+    server = start_opencode(AUTORETRY_BRIDGE_STATS_MS="200")
+    session = server.create_session()["id"]
+    standin.wait_connected()
+
+    server.prompt_async(session, "Repeat yourself [[s:repeat:300]]")
+    server.wait_idle(session, TURN_TIMEOUT)
+    standin.wait_for(_bridge_event("session.idle", session), 10, "session.idle via the bridge")
+
+    sse = [
+        e
+        for e in server.events.of_type("message.part.delta")
+        if e["properties"]["sessionID"] == session
+    ]
+    bridged = standin.events("message.part.delta")
+    assert len(sse) >= 300
+    assert [e.properties["delta"] for e in bridged] == [e["properties"]["delta"] for e in sse]
+    sent = len(standin.messages())
+    stats = standin.wait_for(
+        lambda i: _is(Stats)(i) and i.message.sent >= sent, 10, "stats after the turn"
+    ).message
+    assert (stats.dropped, stats.queued) == (0, 0)

@@ -1,0 +1,222 @@
+// The bridge against a real Unix socket and a fake OpenCode client (no OpenCode needed).
+import assert from "node:assert/strict"
+import fs from "node:fs"
+import net from "node:net"
+import os from "node:os"
+import path from "node:path"
+import { after, test } from "node:test"
+
+import { AutoretryBridge, Bridge, DAEMON_DOWN_MESSAGE, HANDLED_MESSAGE } from "../../plugin_bridge/autoretry.js"
+
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ar-js-"))
+after(() => fs.rmSync(dir, { recursive: true, force: true }))
+let counter = 0
+const freshPath = () => path.join(dir, `d${++counter}.sock`)
+
+function deadline(ms, what) {
+  // unref: a pending deadline must not keep node --test alive after the test passed
+  return new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms).unref())
+}
+
+// A daemon stand-in: collects parsed lines, lets the test write lines back.
+class FakeDaemon {
+  constructor(socketPath) {
+    this.path = socketPath
+    this.lines = []
+    this.waiters = []
+    this.conns = []
+  }
+  listen() {
+    this.server = net.createServer((conn) => {
+      this.conns.push(conn)
+      let buffer = ""
+      conn.setEncoding("utf8")
+      conn.on("data", (chunk) => {
+        buffer += chunk
+        let i
+        while ((i = buffer.indexOf("\n")) >= 0) {
+          this.lines.push(JSON.parse(buffer.slice(0, i)))
+          buffer = buffer.slice(i + 1)
+          this.waiters.forEach((w) => w())
+        }
+      })
+      conn.on("error", () => {})
+    })
+    return new Promise((resolve) => this.server.listen(this.path, resolve))
+  }
+  write(obj) {
+    this.conns.at(-1).write(JSON.stringify({ v: 1, ...obj }) + "\n")
+  }
+  waitFor(predicate, what, ms = 5000) {
+    const found = () => this.lines.find(predicate)
+    if (found()) return Promise.resolve(found())
+    return Promise.race([
+      new Promise((resolve) => this.waiters.push(() => found() && resolve(found()))),
+      deadline(ms, what),
+    ])
+  }
+  close() {
+    this.conns.forEach((c) => c.destroy())
+    return new Promise((resolve) => this.server.close(resolve))
+  }
+}
+
+function fakeClient({ sessions = {}, failPrompt = false } = {}) {
+  const calls = []
+  const record = (name, result) => (args) => {
+    calls.push([name, args])
+    return Promise.resolve(result)
+  }
+  return {
+    calls,
+    _client: { get: record("health", { data: { healthy: true, version: "1.18.33" } }) },
+    session: {
+      get: ({ path: { id } }) => {
+        calls.push(["get", id])
+        if (id === "ses_throws") return Promise.reject(new Error("boom"))
+        return Promise.resolve(id in sessions ? { data: sessions[id] } : { error: { name: "NotFoundError" } })
+      },
+      promptAsync: record("promptAsync", failPrompt ? { error: { data: { message: "bad" } } } : { data: undefined, response: { status: 204 } }),
+      abort: record("abort", { data: true }),
+    },
+    tui: { showToast: record("toast", { data: true }) },
+    app: { log: record("log", { data: true }) },
+  }
+}
+
+const input = (client) => ({ client, directory: "/proj", project: { id: "pid" }, serverUrl: new URL("http://localhost:4096") })
+
+test("says hello first, then forwards events and acks requests", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const client = fakeClient({ sessions: { ses_root: { id: "ses_root" }, ses_child: { id: "ses_child", parentID: "ses_root" } } })
+  const bridge = new Bridge(input(client), { socketPath: daemon.path }).start()
+  try {
+    const hello = await daemon.waitFor((l) => l.type === "hello", "hello")
+    assert.equal(daemon.lines[0].type, "hello")
+    assert.deepEqual([hello.pid, hello.directory, hello.project, hello.opencode, hello.bridge], [process.pid, "/proj", "pid", "1.18.33", "0.1.0"])
+    assert.equal(hello.server_url, null, "node --test does not listen: the 4096 URL is bogus")
+
+    bridge.forwardEvent({ type: "session.status", properties: { sessionID: "ses_root", status: { type: "busy" } } })
+    bridge.forwardEvent({ type: "server.heartbeat", properties: {} })
+    await daemon.waitFor((l) => l.type === "event", "event")
+    assert.deepEqual(daemon.lines.filter((l) => l.type === "event").map((l) => l.event.type), ["session.status"])
+
+    daemon.write({ type: "prompt", id: "r-1", session_id: "ses_root", text: "Continue.", agent: "build", marker: { decision: "3" } })
+    daemon.write({ type: "prompt", id: "r-2", session_id: "ses_child", text: "Continue." })
+    daemon.write({ type: "prompt", id: "r-3", session_id: "ses_missing", text: "Continue." })
+    daemon.write({ type: "prompt", id: "r-4", session_id: "ses_throws", text: "Continue." })
+    daemon.write({ type: "toast", id: "r-5", message: "hi" })
+    daemon.write({ type: "log", id: "r-6", level: "info", message: "m" })
+    daemon.write({ type: "abort", id: "r-7", session_id: "ses_root" })
+    daemon.write({ type: "trim", id: "r-8", session_id: "s", message_id: "m", part_id: "p", keep_chars: 1 })
+    daemon.write({ type: "mystery", id: "r-9" })
+    const acks = {}
+    for (const id of ["r-1", "r-2", "r-3", "r-4", "r-5", "r-6", "r-7", "r-8", "r-9"]) {
+      const ack = await daemon.waitFor((l) => l.type === "ack" && l.id === id, `ack ${id}`)
+      acks[id] = ack.ok ? "ok" : ack.error
+    }
+    assert.deepEqual(acks, {
+      "r-1": "ok", "r-2": "child session", "r-3": "unreadable", "r-4": "unreadable", "r-5": "ok",
+      "r-6": "ok", "r-7": "ok", "r-8": "unsupported request: trim", "r-9": "unsupported request: mystery",
+    })
+    const prompts = client.calls.filter(([name]) => name === "promptAsync")
+    assert.equal(prompts.length, 1, "only the root session is prompted")
+    assert.deepEqual(prompts[0][1].body.parts[0].metadata, { autoretry: { decision: "3" } })
+    assert.deepEqual(client.calls.find(([n]) => n === "log")[1].body.service, "autoretry")
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})
+
+test("/autoretry asks the daemon, toasts the reply and throws to stop the model call", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const client = fakeClient()
+  const previous = process.env.AUTORETRY_SOCKET
+  process.env.AUTORETRY_SOCKET = daemon.path
+  const hooks = await AutoretryBridge(input(client))
+  process.env.AUTORETRY_SOCKET = previous ?? ""
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    const pending = hooks["command.execute.before"]({ command: "autoretry", sessionID: "ses_a", arguments: "off here" }, { parts: [] })
+    const command = await daemon.waitFor((l) => l.type === "command", "command")
+    assert.deepEqual([command.name, command.arguments, command.session_id], ["autoretry", "off here", "ses_a"])
+    daemon.write({ type: "reply", id: command.id, ok: true, title: "autoretry", message: "off for this session", variant: "success" })
+    await assert.rejects(pending, { message: HANDLED_MESSAGE })
+    assert.deepEqual(client.calls.find(([n]) => n === "toast")[1].body, { title: "autoretry", message: "off for this session", variant: "success" })
+    await hooks["command.execute.before"]({ command: "review", arguments: "" }, { parts: [] }) // other commands pass
+  } finally {
+    await hooks.dispose()
+    await daemon.close()
+  }
+})
+
+test("/autoretry with no daemon toasts how to start it, still without a model call", async () => {
+  const client = fakeClient()
+  const bridge = new Bridge(input(client), { socketPath: freshPath() }).start()
+  const previous = process.env.AUTORETRY_SOCKET
+  process.env.AUTORETRY_SOCKET = bridge.path
+  const hooks = await AutoretryBridge(input(client))
+  process.env.AUTORETRY_SOCKET = previous ?? ""
+  try {
+    await assert.rejects(hooks["command.execute.before"]({ command: "autoretry", sessionID: "s", arguments: "" }, { parts: [] }), { message: HANDLED_MESSAGE })
+    assert.equal(client.calls.find(([n]) => n === "toast")[1].body.message, DAEMON_DOWN_MESSAGE)
+    assert.match(DAEMON_DOWN_MESSAGE, /autoretry run/)
+    await hooks.event({ event: { type: "session.idle", properties: { sessionID: "s" } } }) // no daemon: silently nothing
+  } finally {
+    bridge.close()
+    await hooks.dispose()
+  }
+})
+
+test("a daemon that never replies costs the command at most ~1 s", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const client = fakeClient()
+  const bridge = new Bridge(input(client), { socketPath: daemon.path }).start()
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    const began = Date.now()
+    assert.equal(await bridge.askCommand({ sessionID: "s", arguments: "status" }), null)
+    const took = Date.now() - began
+    assert.ok(took >= 900 && took < 2000, `took ${took} ms`)
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})
+
+test("reconnects with backoff after the daemon restarts, and says hello again", async () => {
+  const socketPath = freshPath()
+  let daemon = new FakeDaemon(socketPath)
+  await daemon.listen()
+  const bridge = new Bridge(input(fakeClient()), { socketPath }).start()
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "first hello")
+    await daemon.close()
+    daemon = new FakeDaemon(socketPath)
+    await daemon.listen()
+    await daemon.waitFor((l) => l.type === "hello", "second hello", 10000)
+    assert.equal(bridge.reconnects, 1)
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})
+
+test("garbage from the daemon is counted, never thrown", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const bridge = new Bridge(input(fakeClient()), { socketPath: daemon.path, statsMs: 100 }).start()
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    daemon.conns.at(-1).write("not json\n{\"v\":9,\"type\":\"toast\"}\n\n")
+    const stats = await daemon.waitFor((l) => l.type === "stats" && l.unknown === 2, "stats with unknown=2")
+    assert.equal(stats.dropped, 0)
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})

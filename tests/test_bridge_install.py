@@ -1,0 +1,148 @@
+"""plugin_bridge/install.py and the ``autoretry bridge`` commands."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from opencode_autoretry.cli import main
+from opencode_autoretry.plugin_bridge import install
+from opencode_autoretry.plugin_bridge.install import COMMAND, PLUGIN, Action, FileState
+
+SHIPPED_JS = PLUGIN.content()
+SHIPPED_MD = COMMAND.content()
+
+
+def write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+def test_shipped_files_are_the_ones_in_the_checkout():
+    here = Path(__file__).parent.parent / "plugin_bridge"
+    assert (here / "autoretry.js").read_bytes() == SHIPPED_JS
+    assert (here / "autoretry.md").read_bytes() == SHIPPED_MD
+    assert SHIPPED_JS.startswith(install.PLUGIN_SIGNATURE)
+    assert b"$ARGUMENTS" in SHIPPED_MD
+
+
+@pytest.mark.parametrize(
+    ("plugin", "command", "force", "expected"),
+    [
+        (None, None, False, [Action.INSTALLED, Action.INSTALLED]),
+        (SHIPPED_JS, SHIPPED_MD, False, [Action.UNCHANGED, Action.UNCHANGED]),
+        (
+            b"// opencode-autoretry bridge v0\n",
+            SHIPPED_MD,
+            False,
+            [Action.UPDATED, Action.UNCHANGED],
+        ),
+        (b"export default {}\n", b"my own\n", False, [Action.KEPT, Action.KEPT]),
+        (b"export default {}\n", b"my own\n", True, [Action.REPLACED, Action.REPLACED]),
+    ],
+)
+def test_install(tmp_path, plugin, command, force, expected):
+    if plugin is not None:
+        write(PLUGIN.target(tmp_path), plugin)
+    if command is not None:
+        write(COMMAND.target(tmp_path), command)
+    steps = install.install(tmp_path, force=force)
+    assert [s.action for s in steps] == expected
+    assert [s.target for s in steps] == [
+        tmp_path / "plugins/autoretry.js",
+        tmp_path / "command/autoretry.md",
+    ]
+    kept = {s.target for s in steps if s.action is Action.KEPT}
+    for file in (PLUGIN, COMMAND):
+        if file.target(tmp_path) not in kept:
+            assert file.target(tmp_path).read_bytes() == file.content()
+    assert not list(tmp_path.rglob(".*.tmp-*")), "no temporary file left behind"
+
+
+def test_a_previously_shipped_command_file_counts_as_outdated(tmp_path, monkeypatch):
+    old = b"---\ndescription: old\n---\n$ARGUMENTS\n"
+    monkeypatch.setattr(
+        install, "PREVIOUS_COMMAND_SHA256", frozenset({hashlib.sha256(old).hexdigest()})
+    )
+    write(COMMAND.target(tmp_path), old)
+    assert install.file_status(COMMAND, tmp_path).state is FileState.OUTDATED
+    assert install.install(tmp_path)[1].action is Action.UPDATED
+
+
+@pytest.mark.parametrize(
+    ("command", "force", "expected", "left"),
+    [
+        (SHIPPED_MD, False, [Action.REMOVED, Action.REMOVED], False),
+        (b"my own\n", False, [Action.REMOVED, Action.KEPT], True),
+        (b"my own\n", True, [Action.REMOVED, Action.REMOVED], False),
+    ],
+)
+def test_uninstall(tmp_path, command, force, expected, left):
+    install.install(tmp_path)
+    write(COMMAND.target(tmp_path), command)
+    assert [s.action for s in install.uninstall(tmp_path, force=force)] == expected
+    assert not PLUGIN.target(tmp_path).exists()
+    assert COMMAND.target(tmp_path).exists() == left
+    assert [s.action for s in install.uninstall(tmp_path)][0] is Action.ABSENT
+
+
+def test_duplicate_plugin_in_the_singular_folder_is_reported(tmp_path):
+    write(tmp_path / "plugin" / "autoretry.js", SHIPPED_JS)
+    assert install.duplicate_plugins(tmp_path) == [tmp_path / "plugin" / "autoretry.js"]
+
+
+@pytest.fixture
+def short_dir():
+    directory = Path(tempfile.mkdtemp(prefix="ar-i-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_socket_alive(short_dir):
+    path = short_dir / "d.sock"
+    assert not install.socket_alive(path)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(1)
+    try:
+        assert install.socket_alive(path)
+    finally:
+        listener.close()
+
+
+def test_cli_install_status_uninstall(tmp_path, short_dir, monkeypatch):
+    monkeypatch.setenv("AUTORETRY_SOCKET", str(short_dir / "none.sock"))
+    monkeypatch.setenv("AUTORETRY_CONFIG", str(tmp_path / "no-config.toml"))
+    runner = CliRunner()
+    config = ["--opencode-config", str(tmp_path / "oc")]
+
+    first = runner.invoke(main, ["bridge", "install", *config])
+    again = runner.invoke(main, ["bridge", "install", *config])
+    status = runner.invoke(main, ["bridge", "status", *config, "--json"])
+    removed = runner.invoke(main, ["bridge", "uninstall", *config])
+
+    assert first.exit_code == 0, first.output
+    assert first.output.count("installed") == 2 and "Restart" in first.output
+    assert again.output.count("unchanged") == 2 and "Restart" not in again.output
+    report = json.loads(status.output)
+    assert {k: v["state"] for k, v in report["files"].items()} == {
+        "autoretry.js": "current",
+        "autoretry.md": "current",
+    }
+    assert (report["daemon_alive"], report["socket"]) == (False, str(short_dir / "none.sock"))
+    assert removed.output.count("removed") == 2
+
+
+def test_cli_default_config_dir_follows_xdg(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    result = CliRunner().invoke(main, ["bridge", "install"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "opencode" / "plugins" / "autoretry.js").exists()
+    assert (tmp_path / "opencode" / "command" / "autoretry.md").exists()

@@ -1,0 +1,251 @@
+"""daemon/bridges.py: the Unix-socket server, driven by plain socket clients."""
+
+from __future__ import annotations
+
+import json
+import queue
+import shutil
+import socket
+import stat
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from opencode_autoretry.daemon.bridges import (
+    BridgeClosed,
+    BridgeConnected,
+    BridgeMessage,
+    BridgeServer,
+    LineSplitter,
+    SocketBusyError,
+)
+from opencode_autoretry.plugin_bridge.protocol import Event, Hello, Toast, Unknown
+
+WAIT = 5.0
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+
+
+class FixedClock:
+    def now(self) -> datetime:
+        return NOW
+
+
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    directory = Path(tempfile.mkdtemp(prefix="ar-t-", dir="/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def inbox() -> queue.Queue:
+    return queue.Queue()
+
+
+@pytest.fixture
+def server(sock_dir: Path, inbox: queue.Queue) -> Iterator[BridgeServer]:
+    bridge_server = BridgeServer(
+        sock_dir / "run" / "daemon.sock",
+        inbox,
+        clock=FixedClock(),
+        max_line=4096,
+        write_timeout=0.5,
+    ).start()
+    yield bridge_server
+    bridge_server.stop()
+
+
+def line(obj: dict) -> bytes:
+    return json.dumps({"v": 1, **obj}).encode() + b"\n"
+
+
+HELLO = {"type": "hello", "pid": 42, "directory": "/proj", "project": "p1", "server_url": None}
+
+
+def connect(server: BridgeServer, hello: dict | None = HELLO) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(WAIT)
+    client.connect(str(server.path))
+    if hello is not None:
+        client.sendall(line(hello))
+    return client
+
+
+def next_item(inbox: queue.Queue, kind: type) -> object:
+    while True:
+        item = inbox.get(timeout=WAIT)  # bounded: raises queue.Empty on a hang
+        if isinstance(item, kind):
+            return item
+
+
+def read_line(client: socket.socket) -> dict:
+    data = b""
+    while not data.endswith(b"\n"):
+        data += client.recv(65536)
+    return json.loads(data)
+
+
+def test_socket_is_private(server):
+    assert stat.S_IMODE(server.path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(server.path.stat().st_mode) == 0o600
+
+
+def test_hello_is_announced_and_answered_with_welcome(server, inbox):
+    client = connect(server)
+    connected = next_item(inbox, BridgeConnected)
+    assert connected.hello == Hello(pid=42, directory="/proj", project="p1")
+    assert connected.at == NOW
+    assert read_line(client) == {"v": 1, "type": "welcome", "daemon": "0.1.0"}
+    client.close()
+
+
+def test_events_are_enqueued_and_sessions_remembered(server, inbox):
+    client = connect(server)
+    event = {"type": "session.idle", "properties": {"sessionID": "ses_a"}}
+    client.sendall(line({"type": "event", "t": 1, "event": event}))
+    item = next_item(inbox, BridgeMessage)
+    assert isinstance(item.message, Event) and item.message.session_id == "ses_a"
+    [info] = server.connections()
+    assert (info.pid, info.directory, info.url, info.sessions) == (
+        42,
+        "/proj",
+        None,
+        frozenset({"ses_a"}),
+    )
+    assert server.owner_of("ses_a") == item.conn_id
+    assert server.owner_of("ses_other") is None
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("bad", "counter"),
+    [
+        (b"not json\n", "garbage"),
+        (line({"type": "hello", "pid": "x", "directory": "/p"}), "garbage"),
+        (b'{"v":2,"type":"event"}\n', "garbage"),
+        (b"x" * 10_000 + b"\n", "oversize"),
+        (line({"type": "future.thing", "a": 1}), "unknown"),
+    ],
+)
+def test_bad_lines_are_counted_and_the_connection_survives(server, inbox, bad, counter):
+    client = connect(server)
+    next_item(inbox, BridgeConnected)
+    client.sendall(bad)
+    client.sendall(line({"type": "stats", "dropped": 0, "queued": 0}))
+    messages = [next_item(inbox, BridgeMessage).message]
+    if counter == "unknown":
+        assert isinstance(messages[0], Unknown)
+        messages.append(next_item(inbox, BridgeMessage).message)
+    assert type(messages[-1]).__name__ == "Stats"
+    assert getattr(server.counters(), counter) == 1
+    client.close()
+
+
+def test_a_line_split_over_many_writes_is_reassembled(server, inbox):
+    client = connect(server, hello=None)
+    data = line(HELLO)
+    for index in range(0, len(data), 7):
+        client.sendall(data[index : index + 7])
+    assert next_item(inbox, BridgeConnected).hello.pid == 42
+    client.close()
+
+
+def test_close_reports_partial_line_and_hello(server, inbox):
+    client = connect(server)
+    next_item(inbox, BridgeConnected)
+    client.sendall(b'{"v":1,"type":"sta')
+    client.close()
+    closed = next_item(inbox, BridgeClosed)
+    assert closed.hello is not None and closed.hello.pid == 42
+    assert server.counters().partial == 1
+    assert server.connections() == []
+
+
+def test_many_bridges_at_once(server, inbox):
+    clients = [connect(server, {**HELLO, "pid": pid}) for pid in range(1, 6)]
+    pids = {next_item(inbox, BridgeConnected).hello.pid for _ in clients}
+    assert pids == {1, 2, 3, 4, 5}
+    assert sorted(c.pid for c in server.connections()) == [1, 2, 3, 4, 5]
+    for client in clients:
+        client.close()
+
+
+def test_send_reaches_the_right_bridge_and_fails_for_unknown_ids(server, inbox):
+    first, second = connect(server, {**HELLO, "pid": 1}), connect(server, {**HELLO, "pid": 2})
+    by_pid = {}
+    for _ in range(2):
+        item = next_item(inbox, BridgeConnected)
+        by_pid[item.hello.pid] = item.conn_id
+    read_line(first), read_line(second)  # welcomes
+    assert server.send(by_pid[2], Toast(message="to two", id="r-1"))
+    assert read_line(second)["message"] == "to two"
+    assert not server.send("b999", Toast(message="nobody"))
+    first.close(), second.close()
+
+
+def test_a_bridge_that_never_reads_is_dropped_not_waited_for(server, inbox):
+    client = connect(server)
+    conn_id = next_item(inbox, BridgeConnected).conn_id
+    big = Toast(message="x" * 500_000)
+    results = [server.send(conn_id, big) for _ in range(40)]  # far beyond any socket buffer
+    assert results[-1] is False
+    assert isinstance(next_item(inbox, BridgeClosed), BridgeClosed)
+    client.close()
+
+
+def test_stop_removes_the_socket(sock_dir, inbox):
+    path = sock_dir / "daemon.sock"
+    BridgeServer(path, inbox).start().stop()
+    assert not path.exists()
+
+
+def test_a_stale_socket_is_replaced(sock_dir, inbox):
+    path = sock_dir / "daemon.sock"
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(path))
+    stale.close()  # file left behind, nobody listening
+    server = BridgeServer(path, inbox).start()
+    try:
+        client = connect(server)
+        assert next_item(inbox, BridgeConnected).hello.pid == 42
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_refuses_when_another_daemon_is_live(server, inbox):
+    with pytest.raises(SocketBusyError, match="already listening"):
+        BridgeServer(server.path, inbox).start()
+    assert server.path.exists()  # the live daemon keeps its socket
+
+
+def test_refuses_a_path_that_is_not_a_socket(sock_dir, inbox):
+    path = sock_dir / "daemon.sock"
+    path.write_text("not a socket")
+    with pytest.raises(SocketBusyError, match="not a socket"):
+        BridgeServer(path, inbox).start()
+
+
+@pytest.mark.parametrize(
+    ("chunks", "lines", "oversize", "leftover"),
+    [
+        ([b"a\nb\n"], [b"a", b"b"], 0, 0),
+        ([b"a", b"b\nc"], [b"ab"], 0, 1),
+        ([b"\n \n", b"x\n"], [b"x"], 0, 0),
+        ([b"y" * 11 + b"\nok\n"], [b"ok"], 1, 0),
+        ([b"y" * 6, b"y" * 6, b"y" * 6, b"\nok\n"], [b"ok"], 1, 0),
+        ([b"y" * 20], [], 1, 0),
+        ([b"0123456789\n"], [b"0123456789"], 0, 0),
+    ],
+)
+def test_line_splitter(chunks, lines, oversize, leftover):
+    splitter = LineSplitter(max_line=10)
+    got, dropped = [], 0
+    for chunk in chunks:
+        new, over = splitter.feed(chunk)
+        got += new
+        dropped += over
+    assert (got, dropped, splitter.leftover) == (lines, oversize, leftover)

@@ -1,0 +1,179 @@
+"""The bridge protocol (Python side); tests/js/protocol.test.mjs checks the same fixtures in JS."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from opencode_autoretry.plugin_bridge import protocol
+from opencode_autoretry.plugin_bridge.protocol import (
+    Ack,
+    ChatMessage,
+    Command,
+    Event,
+    Hello,
+    ModelRef,
+    Prompt,
+    ProtocolError,
+    Reply,
+    Stats,
+    Toast,
+    Unknown,
+    Welcome,
+)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "bridge"
+VALID = [json.loads(line) for line in (FIXTURES / "valid.jsonl").read_text().splitlines()]
+INVALID = [json.loads(line) for line in (FIXTURES / "invalid.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("case", VALID, ids=[f"{c['type']}-{i}" for i, c in enumerate(VALID)])
+def test_valid_fixture_lines_parse_in_both_directions(case):
+    parsed = protocol.parse_line(case["line"])
+    assert parsed["type"] == case["type"]
+    allowed = protocol.BRIDGE_TYPES | protocol.DAEMON_TYPES
+    message = protocol.decode(case["line"], allowed)
+    assert isinstance(message, Unknown) == (not case["known"])
+
+
+@pytest.mark.parametrize(
+    "case", INVALID, ids=[c["reason"] + f"-{i}" for i, c in enumerate(INVALID)]
+)
+def test_invalid_fixture_lines_fail_with_the_shared_reason(case):
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse_line(case["line"])
+    assert info.value.reason == case["reason"]
+
+
+def test_fixtures_cover_every_message_type():
+    assert {c["type"] for c in VALID if c["known"]} == set(protocol.SCHEMA)
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            '{"v":1,"type":"hello","pid":5,"directory":"/p","server_url":null}',
+            Hello(pid=5, directory="/p"),
+        ),
+        (
+            '{"v":1,"type":"command","id":"c-1","name":"autoretry"}',
+            Command(id="c-1", name="autoretry", arguments=""),
+        ),
+        (
+            '{"v":1,"type":"ack","id":"r-1","ok":false,"error":"child session"}',
+            Ack(id="r-1", ok=False, error="child session"),
+        ),
+        ('{"v":1,"type":"stats","dropped":2,"queued":0}', Stats(dropped=2, queued=0)),
+        (
+            '{"v":1,"type":"chat.message","t":3,"session_id":"ses_a","model":{"providerID":"p","modelID":"m"}}',
+            ChatMessage(t=3, session_id="ses_a", model=ModelRef("p", "m")),
+        ),
+        (
+            '{"v":1,"type":"welcome","daemon":"0.1.0"}',
+            Unknown("welcome", {"v": 1, "type": "welcome", "daemon": "0.1.0"}),
+        ),
+    ],
+)
+def test_decode_from_bridge_builds_dataclasses(line, expected):
+    assert protocol.decode_from_bridge(line) == expected
+
+
+def test_decode_from_bridge_ignores_unknown_fields():
+    line = '{"v":1,"type":"stats","dropped":1,"queued":0,"new_counter":9}'
+    assert protocol.decode_from_bridge(line) == Stats(dropped=1, queued=0)
+
+
+@pytest.mark.parametrize(
+    ("event", "session_id"),
+    [
+        ({"type": "session.idle", "properties": {"sessionID": "ses_a"}}, "ses_a"),
+        ({"type": "message.updated", "properties": {"info": {"sessionID": "ses_b"}}}, "ses_b"),
+        ({"type": "message.part.updated", "properties": {"part": {"sessionID": "ses_c"}}}, "ses_c"),
+        ({"type": "server.heartbeat", "properties": {}}, None),
+        ({"type": "weird"}, None),
+    ],
+)
+def test_event_session_id_is_found_where_opencode_puts_it(event, session_id):
+    assert Event(t=0, event=event).session_id == session_id
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Welcome(daemon="0.1.0"),
+        Prompt(
+            id="r-1",
+            session_id="ses_a",
+            text="Continue.",
+            agent="build",
+            model=ModelRef("p", "m"),
+            marker={"decision": "1", "kind": "blank"},
+        ),
+        Toast(message="hi", id="r-2", duration=3000),
+        Reply(id="c-1", ok=True, message="on"),
+    ],
+)
+def test_encode_then_decode_round_trips(message):
+    line = protocol.encode(message)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert protocol.decode_from_daemon(line) == message
+
+
+def test_encode_writes_the_wire_names():
+    line = protocol.encode(Prompt(id="r-1", session_id="ses_a", text="x", model=ModelRef("p", "m")))
+    assert json.loads(line)["model"] == {"providerID": "p", "modelID": "m"}
+    assert json.loads(line)["v"] == protocol.PROTOCOL_VERSION
+
+
+def test_encode_refuses_a_line_the_bridge_would_drop():
+    with pytest.raises(ProtocolError) as info:
+        protocol.encode(Toast(message="x" * protocol.MAX_LINE_BYTES))
+    assert info.value.reason == "too_long"
+
+
+def test_parse_line_refuses_lines_over_one_mebibyte():
+    line = json.dumps(
+        {"v": 1, "type": "log", "level": "info", "message": "x" * protocol.MAX_LINE_BYTES}
+    )
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse_line(line)
+    assert info.value.reason == "too_long"
+
+
+def test_non_utf8_bytes_are_bad_json():
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse_line(b'{"v":1,"type":"\xff"}')
+    assert info.value.reason == "bad_json"
+
+
+REPO = Path(__file__).parent.parent
+
+
+def _node() -> str:
+    node = shutil.which("node")
+    assert node, "node (>= 20) is required: the bridge plugin is JavaScript"
+    return node
+
+
+def test_js_schema_is_the_python_schema():
+    script = (
+        "import('./plugin_bridge/autoretry.js').then(m => console.log(JSON.stringify(m.SCHEMA)))"
+    )
+    out = subprocess.run(
+        [_node(), "-e", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == protocol.SCHEMA
+
+
+def test_node_test_suite_passes():
+    out = subprocess.run(
+        [_node(), "--test", "tests/js/"], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "# fail 0" in out.stdout
