@@ -38,6 +38,11 @@ ERROR_CASES = [
     ("400 server_error body", api("Bad Request", status_code=400, is_retryable=False,
                                   response_body='{"error":{"type":"server_error"}}'),
      Kind.SERVER_ERROR),
+    ("400 gateway cut (D5)", api("Connection failed: Server disconnected without sending a "
+                                 "response.", status_code=400, is_retryable=False),
+     Kind.DISCONNECT),
+    ("403 connection refused text", api("upstream connection refused", status_code=403),
+     Kind.DISCONNECT),
     ("401", api("Invalid API key (fake)", status_code=401, is_retryable=False), Kind.TERMINAL),
     ("overflow", ErrorInfo("ContextOverflowError", "context_length_exceeded"), Kind.TERMINAL),
     ("missing key", ErrorInfo("ProviderAuthError", "OpenAI API key is missing."), Kind.TERMINAL),

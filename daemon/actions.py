@@ -1,0 +1,392 @@
+"""Performs decisions: the only code that sends to OpenCode (through a bridge) or writes the store.
+
+Every send goes through one gate, right before it leaves: the session must have a live owner
+(the bridge connection whose events mention it) and OpenCode's DB must say it is a root session
+(a fresh read of ``parent_id``; unreadable means no). An injection is written to the store as an
+intent before it is sent and carries a marker (decision, injection, kind) in its text part, so a
+crash between the two steps can be reconciled from OpenCode's DB without sending twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from opencode_autoretry.budget import PendingRetry
+from opencode_autoretry.daemon.scheduler import Timers
+from opencode_autoretry.daemon.sessions import Sessions
+from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, Message, Session, Turn
+from opencode_autoretry.plugin_bridge.protocol import Abort, Log, ModelRef, Prompt, Toast
+from opencode_autoretry.policy import INTERRUPTION_LABELS
+from opencode_autoretry.store import InjectionRecord, Store
+
+log = logging.getLogger(__name__)
+
+_LABELS: Mapping[Kind, str] = {
+    **INTERRUPTION_LABELS,
+    Kind.BLANK: "blank reply",
+    Kind.THINK_ONLY: "reasoning-only reply",
+    Kind.FORGED_LENGTH: "empty 'length' reply",
+    Kind.TOOL_AS_TEXT: "tool call written as text",
+    Kind.TRUNCATED: "output cut off",
+    Kind.REPETITION: "repeating itself",
+    Kind.STALL: "stalled",
+}
+
+
+class BridgeSender(Protocol):
+    def send(self, conn_id: str, request: Any) -> bool: ...
+
+
+class SessionReader(Protocol):
+    """The part of ``OpenCodeDB`` the gate and the sender read (fresh on every call)."""
+
+    def session(self, session_id: str) -> Session | None: ...
+    def last_turn(self, session_id: str) -> Turn | None: ...
+
+
+class InjectedReader(SessionReader, Protocol):
+    def injected_messages(self, session_id: str) -> list[Message]: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    sent: bool
+    reason: str
+
+
+def label(kind: Kind | None) -> str:
+    return _LABELS.get(kind, str(kind)) if kind is not None else "unknown"
+
+
+def recovery_toast(decision: Decision, now: datetime) -> str:
+    """'autoretry: connection lost — continuing in 5 s (1/2)'."""
+    wait = (decision.due - now).total_seconds() if decision.due else 0.0
+    when = f"in {wait:.0f} s" if wait >= 0.5 else "now"
+    aborting = decision.action is Action.ABORT_THEN_INJECT
+    verb = "stopping and continuing" if aborting else "continuing"
+    count = f"({decision.used_after}/{decision.limit})"
+    return f"autoretry: {label(decision.kind)} — {verb} {when} {count}"
+
+
+def continuation_target(turn: Turn | None) -> tuple[str | None, ModelRef | None, str | None]:
+    """Agent, model and variant of the turn's last step (D21), else of its user message."""
+    if turn is None:
+        return None, None, None
+    source = turn.last_step or turn.user
+    model = None
+    if source.provider_id and source.model_id:
+        model = ModelRef(source.provider_id, source.model_id)
+    agent = source.agent or turn.user.agent
+    return agent, model, source.variant or turn.user.variant
+
+
+class Actions:
+    def __init__(
+        self,
+        store: Store,
+        bridge: BridgeSender,
+        db: Callable[[], SessionReader | None],
+        timers: Timers,
+        sessions: Sessions,
+    ) -> None:
+        self.store = store
+        self._bridge = bridge
+        self._db = db
+        self._timers = timers
+        self._sessions = sessions
+        self._request_ids = itertools.count(1)
+        self._requests: dict[str, tuple[str, int | None]] = {}  # request id -> (type, injection)
+        self.pending: dict[str, PendingRetry] = {}  # session -> its waiting retry
+        self._kinds: dict[int, str] = {}  # injection id -> kind, for the marker
+
+    # -- the gate ---------------------------------------------------------------------------
+
+    def owner_of(self, session_id: str) -> str | None:
+        view = self._sessions.get(session_id)
+        return view.owner if view is not None else None
+
+    def gate(self, session_id: str) -> tuple[str | None, str | None]:
+        """(owner connection, None) when sending is allowed, else (None, why not)."""
+        owner = self.owner_of(session_id)
+        if owner is None:
+            return None, "no live owner for this session"
+        db = self._db()
+        session = db.session(session_id) if db is not None else None
+        if session is None:
+            return None, "session not readable in OpenCode's DB (fail-closed)"
+        if session.parent_id is not None:
+            return None, "child session (never injected)"
+        return owner, None
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def perform(self, decision: Decision, now: datetime, message_id: str | None) -> int:
+        """Record the decision and carry it out; returns the decision id."""
+        decision_id = self.store.record_decision(decision, now, message_id)
+        log.info("decision %s %s: %s", decision_id, decision.session_id, decision.reason)
+        if decision.action is Action.NOTIFY:
+            self.notify(decision.session_id, decision.text or decision.reason, "warning")
+        elif decision.sends:
+            self._start_injection(decision_id, decision, now, message_id)
+        return decision_id
+
+    def _start_injection(
+        self, decision_id: int, decision: Decision, now: datetime, message_id: str | None
+    ) -> None:
+        due = decision.due or now
+        injection_id = self.store.record_intent(
+            decision_id, decision.session_id, decision.turn_id, decision.text or "Continue.",
+            due, now,
+        )
+        self._kinds[injection_id] = str(decision.kind or "")
+        if decision.turn_id is not None and decision.group is not None:
+            self.pending[decision.session_id] = PendingRetry(
+                decision.session_id, decision.turn_id, message_id, decision.group, due
+            )
+        self.notify(decision.session_id, recovery_toast(decision, now), "info")
+        if decision.action is Action.ABORT_THEN_INJECT:
+            self.abort(decision.session_id, now)
+        self._timers.arm(injection_id, due)
+
+    def abort(self, session_id: str, now: datetime) -> bool:
+        owner, refusal = self.gate(session_id)
+        if owner is None:
+            log.info("not aborting %s: %s", session_id, refusal)
+            return False
+        request_id = self._next_id("abort", None)
+        view = self._sessions.ensure(session_id)
+        view.abort_requested = now
+        return self._bridge.send(owner, Abort(id=request_id, session_id=session_id))
+
+    # -- injections -------------------------------------------------------------------------
+
+    def send_injection(self, injection: InjectionRecord, now: datetime) -> Outcome:
+        """Send one due intent through its session's owner, or fail it with the reason."""
+        owner, refusal = self.gate(injection.session_id)
+        if owner is None:
+            self._close(injection, now, f"not sent: {refusal}", failed=True)
+            self.notify(injection.session_id, f"autoretry: not continuing — {refusal}", "warning")
+            return Outcome(False, refusal or "refused")
+        db = self._db()
+        agent, model, variant = continuation_target(
+            db.last_turn(injection.session_id) if db else None
+        )
+        marker = {
+            "decision": str(injection.decision_id),
+            "injection": str(injection.id),
+            "kind": self._kinds.get(injection.id, ""),
+        }
+        request_id = self._next_id("prompt", injection.id)
+        prompt = Prompt(
+            id=request_id, session_id=injection.session_id, text=injection.text, agent=agent,
+            model=model, variant=variant, marker=marker,
+        )
+        if not self._bridge.send(owner, prompt):
+            self._close(injection, now, "not sent: bridge connection lost", failed=True)
+            return Outcome(False, "bridge connection lost")
+        self.store.mark_sent(injection.id, now)
+        self.pending.pop(injection.session_id, None)
+        self.log_line(injection.session_id, f"autoretry sent {injection.text!r}")
+        return Outcome(True, "sent")
+
+    def confirm(self, injection_id: int, message_id: str | None, now: datetime) -> bool:
+        """The marked message is in OpenCode (DB row or chat.message): close the injection."""
+        for injection in self.store.open_injections():
+            if injection.id == injection_id:
+                self.store.mark_confirmed(injection_id, now, message_id)
+                self._timers.cancel(injection_id)
+                self.pending.pop(injection.session_id, None)
+                return True
+        return False
+
+    def cancel_open(self, session_id: str | None, now: datetime, reason: str) -> int:
+        """Cancel intents not yet sent (for one session, or all); returns how many."""
+        cancelled = 0
+        for injection in self.store.open_injections(session_id):
+            if injection.state == "intent":
+                self._close(injection, now, reason, failed=False)
+                cancelled += 1
+        return cancelled
+
+    def _close(self, injection: InjectionRecord, now: datetime, why: str, *, failed: bool) -> None:
+        if failed:
+            self.store.mark_failed(injection.id, now, why)
+        else:
+            self.store.mark_cancelled(injection.id, now, why)
+        self._timers.cancel(injection.id)
+        self.pending.pop(injection.session_id, None)
+        log.info("injection %s %s: %s", injection.id, "failed" if failed else "cancelled", why)
+
+    def on_ack(self, request_id: str, ok: bool, error: str | None, now: datetime) -> None:
+        kind, injection_id = self._requests.pop(request_id, ("", None))
+        if ok or kind != "prompt" or injection_id is None:
+            return
+        for injection in self.store.open_injections():
+            if injection.id == injection_id:
+                self.store.mark_failed(injection_id, now, f"refused by the bridge: {error}")
+                self.notify(injection.session_id, f"autoretry: not continuing — {error}", "warning")
+
+    # -- telling the user -------------------------------------------------------------------
+
+    def notify(self, session_id: str, message: str, variant: str) -> bool:
+        """A toast in the session's OpenCode plus a log line there; nothing if no owner."""
+        owner = self.owner_of(session_id)
+        if owner is None:
+            log.info("no owner to notify for %s: %s", session_id, message)
+            return False
+        toast = Toast(message=message, id=self._next_id("toast", None), variant=variant,
+                      duration=5000)
+        self._bridge.send(owner, toast)
+        self.log_line(session_id, message)
+        return True
+
+    def log_line(self, session_id: str, message: str) -> None:
+        owner = self.owner_of(session_id)
+        if owner is not None:
+            line = Log(level="info", message=message, id=self._next_id("log", None),
+                       extra={"service": "autoretry", "sessionID": session_id})
+            self._bridge.send(owner, line)
+
+    def _next_id(self, kind: str, injection_id: int | None) -> str:
+        request_id = f"r-{next(self._request_ids)}"
+        if kind in ("prompt", "abort"):
+            self._requests[request_id] = (kind, injection_id)
+        return request_id
+
+    def remember(self, injections: Iterable[InjectionRecord], kinds: Mapping[int, str],
+                 groups: Mapping[int, tuple[BudgetGroup | None, str | None]]) -> None:
+        """After a restart: the marker kind and pending retry of each open intent."""
+        for injection in injections:
+            self._kinds[injection.id] = kinds.get(injection.id, "")
+            group, message_id = groups.get(injection.id, (None, None))
+            if injection.state == "intent" and group and injection.turn_id and injection.due:
+                self.pending[injection.session_id] = PendingRetry(
+                    injection.session_id, injection.turn_id, message_id, group, injection.due
+                )
+
+
+class Recovery:
+    """Pending retries across time and restarts: due sends, confirmations, the off switch.
+
+    The store is the truth: every check re-reads the open injections, so a lost timer or a
+    restart only delays a retry, and an intent whose marked message is already in OpenCode's
+    DB is confirmed instead of sent again.
+    """
+
+    OWNER_GRACE = timedelta(seconds=90)  # bridges reconnect with backoff after our restart
+    CONFIRM_TIMEOUT = timedelta(seconds=60)
+
+    def __init__(
+        self,
+        store: Store,
+        actions: Actions,
+        sessions: Sessions,
+        db: Callable[[], InjectedReader | None],
+        timers: Timers,
+    ) -> None:
+        self._store = store
+        self._actions = actions
+        self._sessions = sessions
+        self._db = db
+        self._timers = timers
+        self._owner_pids: dict[str, int] = {}
+
+    def rebuild(self, now: datetime) -> None:
+        """Start-up: owners by pid and the open injections re-armed (the ledgers in the store
+        remember which failures were already handled)."""
+        beat = self._store.heartbeat()
+        owners = beat.info.get("owners", {}) if beat is not None else {}
+        self._owner_pids = {str(k): int(v) for k, v in owners.items() if str(v).isdigit()}
+        decisions = {d.id: d for d in self._store.decisions(since=now - REBUILD_WINDOW)}
+        injections = self._store.open_injections()
+        kinds = {i.id: decisions[i.decision_id].kind or "" for i in injections
+                 if i.decision_id in decisions}
+        groups = {
+            i.id: (_group(decisions[i.decision_id].group), decisions[i.decision_id].message_id)
+            for i in injections if i.decision_id in decisions
+        }
+        self._actions.remember(injections, kinds, groups)
+        for injection in injections:
+            if self._confirm_from_db(injection, now):
+                continue
+            if injection.state == "intent":
+                self._timers.arm(injection.id, injection.due or now)
+        log.info("rebuilt: %d open injections, %d known owners", len(injections),
+                 len(self._owner_pids))
+
+    def adopt(self, conn_id: str, pid: int, now: datetime) -> None:
+        """A bridge said hello: it owns again what its process owned before our restart."""
+        for session_id, owner_pid in self._owner_pids.items():
+            view = self._sessions.ensure(session_id)
+            if owner_pid == pid and view.owner is None:
+                view.owner = conn_id
+        self.send_due(now)
+
+    def send_due(self, now: datetime, session_id: str | None = None) -> None:
+        for injection in self._store.open_injections(session_id):
+            if injection.state == "intent" and (injection.due is None or injection.due <= now):
+                self._try_send(injection, now)
+
+    def _try_send(self, injection: InjectionRecord, now: datetime) -> None:
+        session_id = injection.session_id
+        if not self._store.is_enabled(session_id):
+            self._actions.cancel_open(session_id, now, "cancelled: autoretry was switched off")
+            return
+        view = self._sessions.get(session_id)
+        if view is None or view.owner is None:
+            if injection.due is not None and now - injection.due > self.OWNER_GRACE:
+                self._actions.send_injection(injection, now)  # the gate fails it, with why
+            return
+        if view.busy or view.abort_requested is not None:
+            return  # wait for idle (OpenCode retrying, or our abort not through yet)
+        if self._confirm_from_db(injection, now):
+            return
+        db = self._db()
+        turn = db.last_turn(session_id) if db is not None else None
+        if turn is not None and injection.turn_id and turn.id != injection.turn_id:
+            self._actions.cancel_open(session_id, now, "cancelled: a new user turn started")
+            return
+        self._actions.send_injection(injection, now)
+
+    def check_sent(self, now: datetime) -> None:
+        """Sent but never seen: confirm from the DB, or give up after CONFIRM_TIMEOUT."""
+        for injection in self._store.open_injections():
+            if injection.state != "sent" or injection.sent_at is None:
+                continue
+            if now - injection.sent_at < self.CONFIRM_TIMEOUT:
+                continue
+            if not self._confirm_from_db(injection, now):
+                self._store.mark_failed(injection.id, now, "sent but never seen in OpenCode")
+
+    def apply_switch(self, now: datetime) -> None:
+        """``autoretry off`` (from the CLI, in the store) cancels every waiting retry."""
+        for injection in self._store.open_injections():
+            if injection.state == "intent" and not self._store.is_enabled(injection.session_id):
+                self._actions.cancel_open(
+                    injection.session_id, now, "cancelled: autoretry was switched off"
+                )
+
+    def _confirm_from_db(self, injection: InjectionRecord, now: datetime) -> bool:
+        db = self._db()
+        if db is None:
+            return False
+        for message in db.injected_messages(injection.session_id):
+            marker = message.marker or {}
+            if str(marker.get("injection")) == str(injection.id):
+                return self._actions.confirm(injection.id, message.id, now)
+        return False
+
+
+REBUILD_WINDOW = timedelta(days=2)
+
+
+def _group(raw: str | None) -> BudgetGroup | None:
+    try:
+        return BudgetGroup(raw) if raw else None
+    except ValueError:
+        return None

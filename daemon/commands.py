@@ -1,0 +1,152 @@
+"""``autoretry run`` (the resident daemon) and ``autoretry on|off|status``.
+
+``serve`` is the daemon's composition root: it builds the store, the bridge server, the DB
+tailer and its -wal watcher, the retry timers and the loop, wires the signals, and runs the
+loop in the main thread until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import queue
+import signal
+import sys
+from datetime import UTC, datetime
+from types import FrameType
+from typing import TYPE_CHECKING
+
+import click
+
+from opencode_autoretry.clock import SystemClock
+from opencode_autoretry.daemon.bridges import BridgeServer, SocketBusyError
+from opencode_autoretry.daemon.control import render_status, status_report
+from opencode_autoretry.daemon.inbox import Shutdown
+from opencode_autoretry.daemon.loop import Loop
+from opencode_autoretry.daemon.scheduler import RetryScheduler
+from opencode_autoretry.daemon.sources import DbTailer
+from opencode_autoretry.daemon.watch import WalWatcher
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.policy import PolicyError, load_policy
+from opencode_autoretry.settings import Settings
+from opencode_autoretry.store import Store, StoreError, StoreView
+
+if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
+    from opencode_autoretry.cli import AppContext
+
+log = logging.getLogger("opencode_autoretry.daemon")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def setup_logging(settings: Settings, foreground: bool) -> None:
+    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
+        settings.log_dir / "daemon.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8")]
+    if foreground:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    root = logging.getLogger()
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(handler)
+    root.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("watchdog").setLevel(logging.WARNING)
+
+
+def serve(settings: Settings) -> int:
+    """Run the daemon until a signal; 0 on a clean stop."""
+    policy = load_policy(settings.policy)
+    store = Store.open(settings.store)
+    inbox: queue.Queue[object] = queue.Queue()
+    bridges = BridgeServer(settings.socket, inbox)
+    timers = RetryScheduler(inbox)
+    tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
+    watcher = WalWatcher(settings.opencode_db, tailer.wake)
+    loop = Loop(settings, store, bridges, lambda: OpenCodeDB.open(settings.opencode_db), timers,
+                SystemClock(), policy)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        inbox.put(Shutdown(signal.Signals(signum).name))
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    bridges.start()
+    try:
+        timers.start()
+        tailer.prime()
+        tailer.start()
+        watching = watcher.start()
+        log.info("autoretry daemon %s: socket %s, OpenCode DB %s (%s)", os.getpid(),
+                 settings.socket, settings.opencode_db, "watched" if watching else "polled")
+        loop.run(inbox)
+    finally:
+        watcher.stop()
+        tailer.stop()
+        timers.shutdown()
+        bridges.stop()
+        store.close()
+    log.info("autoretry daemon stopped")
+    return 0
+
+
+@click.command("run")
+@click.option("-v", "--verbose", is_flag=True, help="Log every event and decision (debug).")
+@click.option("--foreground", is_flag=True, help="Also log to stderr.")
+@click.pass_obj
+def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
+    """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
+    settings = app.settings(**({"verbose": True} if verbose else {}))
+    setup_logging(settings, foreground)
+    try:
+        sys.exit(serve(settings))
+    except (SocketBusyError, StoreError, PolicyError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _switch(app: AppContext, on: bool, session: str | None) -> None:
+    settings = app.settings()
+    store = Store.open(settings.store)
+    try:
+        store.set_enabled(on, datetime.now(tz=UTC), session)
+    finally:
+        store.close()
+    scope = f"session {session}" if session else "all sessions"
+    note = "" if on else " (the daemon cancels pending retries within a tick)"
+    click.echo(f"autoretry {'on' if on else 'off'} for {scope}{note}")
+
+
+_SESSION = click.option("--session", metavar="ID", help="Only this OpenCode session.")
+
+
+@click.command("on")
+@_SESSION
+@click.pass_obj
+def on_command(app: AppContext, session: str | None) -> None:
+    """Switch automatic recovery on (everywhere, or for one session)."""
+    _switch(app, True, session)
+
+
+@click.command("off")
+@_SESSION
+@click.pass_obj
+def off_command(app: AppContext, session: str | None) -> None:
+    """Switch automatic recovery off; pending retries are cancelled."""
+    _switch(app, False, session)
+
+
+@click.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def status_command(app: AppContext, as_json: bool) -> None:
+    """Daemon, bridges, watched sessions, budgets, pending retries and last decisions."""
+    view = StoreView.open(app.settings().store)
+    try:
+        report = status_report(view, datetime.now(tz=UTC))
+    finally:
+        view.close()
+    click.echo(json.dumps(report, indent=2) if as_json else render_status(report))
+
+
+COMMANDS: list[click.Command] = [run_command, on_command, off_command, status_command]

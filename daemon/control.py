@@ -1,0 +1,155 @@
+"""``/autoretry on|off|status [here]`` from inside OpenCode, and the status the CLI shows.
+
+The bridge asks with a ``command`` request and waits at most a second, so answers come from
+memory and the store only (no OpenCode DB scans). ``heartbeat_info`` is what the daemon
+writes with every heartbeat: ``autoretry status`` renders it, and a restarted daemon reads its
+``owners`` back to re-adopt sessions when their process's bridge says hello again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from opencode_autoretry.plugin_bridge.protocol import Command, Reply
+from opencode_autoretry.store import StoreView
+
+if TYPE_CHECKING:  # the loop imports this module; only its type is needed here
+    from opencode_autoretry.daemon.loop import Loop
+
+USAGE = "usage: /autoretry [on|off|status] [here]"
+STALE_HEARTBEAT = timedelta(seconds=30)
+
+
+def answer(command: Command, loop: Loop, now: datetime) -> Reply:
+    words = command.arguments.lower().split()
+    here = "here" in words
+    verbs = [w for w in words if w != "here"] or ["status"]
+    session_id = command.session_id if here else None
+    if here and not session_id:
+        return Reply(id=command.id, ok=False, message="autoretry: no session for 'here'",
+                     variant="error")
+    if verbs == ["on"] or verbs == ["off"]:
+        return _switch(command, loop, now, verbs[0] == "on", session_id)
+    if verbs == ["status"]:
+        return Reply(id=command.id, ok=True, message=_status_line(loop, command.session_id))
+    return Reply(id=command.id, ok=False, message=f"autoretry: {USAGE}", variant="warning")
+
+
+def _switch(command: Command, loop: Loop, now: datetime, on: bool, session_id: str | None) -> Reply:
+    loop.store.set_enabled(on, now, session_id)
+    scope = "this session" if session_id else "all sessions"
+    if on:
+        return Reply(id=command.id, ok=True, message=f"autoretry on ({scope})", variant="success")
+    cancelled = loop.actions.cancel_open(session_id, now, "cancelled: autoretry was switched off")
+    extra = f" · {cancelled} pending retr{'y' if cancelled == 1 else 'ies'} cancelled"
+    message = f"autoretry off ({scope}){extra if cancelled else ''}"
+    return Reply(id=command.id, ok=True, message=message, variant="warning")
+
+
+def _status_line(loop: Loop, session_id: str | None) -> str:
+    enabled = loop.store.is_enabled(session_id)
+    parts = ["on" if enabled else "off", "daemon up", f"{len(loop.bridges)} bridge(s)"]
+    if session_id:
+        turn_id = loop.store.current_turn(session_id)
+        ledger = loop.store.load_ledger(session_id, turn_id) if turn_id else None
+        if ledger is not None and ledger.used:
+            used = ", ".join(f"{g} {n}" for g, n in sorted(ledger.used.items()))
+            parts.append(f"this turn: {used}")
+            if ledger.exhausted:
+                parts.append("exhausted: " + ", ".join(sorted(ledger.exhausted)))
+        pending = loop.actions.pending.get(session_id)
+        if pending is not None:
+            parts.append(f"retry pending ({pending.group}, due {pending.due:%H:%M:%S} UTC)")
+    return "autoretry: " + " · ".join(parts)
+
+
+def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
+    bridges = []
+    for conn_id, hello in loop.bridges.items():
+        entry: dict[str, Any] = {"conn": conn_id}
+        if hello is not None:
+            entry.update(pid=hello.pid, directory=hello.directory, url=hello.server_url,
+                         opencode=hello.opencode)
+        bridges.append(entry)
+    pids = {conn: hello.pid for conn, hello in loop.bridges.items() if hello is not None}
+    views = list(loop.sessions)
+    return {
+        "started": loop.started.isoformat(),
+        "stopping": stopping,
+        "bridges": bridges,
+        "owners": {v.session_id: pids[v.owner] for v in views if v.owner in pids},
+        "sessions": {v.session_id: {"status": v.status, "owner": v.owner} for v in views},
+        "no_owner": sorted(v.session_id for v in views if v.owner is None),
+    }
+
+
+# -- `autoretry status` (CLI, read-only) ------------------------------------------------------
+
+
+def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[str, Any]:
+    """Everything ``autoretry status`` prints, as one JSON-able mapping."""
+    beat = view.heartbeat()
+    info: Mapping[str, Any] = beat.info if beat is not None else {}
+    age = (now - beat.at).total_seconds() if beat is not None else None
+    running = beat is not None and not info.get("stopping") and age is not None and (
+        age <= STALE_HEARTBEAT.total_seconds())
+    return {
+        "enabled": view.is_enabled(),
+        "switches": view.switches(),
+        "daemon": {"running": running, "pid": beat.pid if beat else None,
+                   "heartbeat_age_s": None if age is None else round(age, 1),
+                   "started": info.get("started")},
+        "bridges": list(info.get("bridges", [])),
+        "sessions": dict(info.get("sessions", {})),
+        "no_owner": list(info.get("no_owner", [])),
+        "turns": [
+            {"session_id": ledger.session_id, "turn_id": ledger.turn_id,
+             "used": {str(k): v for k, v in ledger.used.items()},
+             "exhausted": sorted(str(g) for g in ledger.exhausted),
+             "user_aborted": ledger.user_aborted}
+            for ledger in view.ledgers()[-decisions:]
+        ],
+        "pending": [
+            {"id": i.id, "session_id": i.session_id, "state": i.state, "text": i.text,
+             "due": i.due.isoformat() if i.due else None}
+            for i in view.injections() if i.state in ("intent", "sent")
+        ],
+        "decisions": [
+            {"id": d.id, "at": d.at.isoformat(), "session_id": d.session_id, "kind": d.kind,
+             "action": d.action, "reason": d.reason}
+            for d in view.decisions()[-decisions:]
+        ],
+    }
+
+
+def render_status(report: Mapping[str, Any]) -> str:
+    daemon = report["daemon"]
+    lines = [
+        f"autoretry is {'on' if report['enabled'] else 'OFF'}",
+        "daemon: " + (f"running (pid {daemon['pid']}, heartbeat {daemon['heartbeat_age_s']} s ago)"
+                      if daemon["running"] else "not running"),
+    ]
+    off = [scope for scope, on in report["switches"].items() if not on and scope != "*"]
+    if off:
+        lines.append("off for sessions: " + ", ".join(off))
+    lines.append(f"bridges: {len(report['bridges'])}")
+    lines += [f"  pid {b.get('pid')}  {b.get('directory')}  {b.get('url') or '-'}"
+              for b in report["bridges"]]
+    lines.append(f"watched sessions: {len(report['sessions'])}")
+    lines += [f"  {sid}  {s.get('status') or '?'}" for sid, s in report["sessions"].items()]
+    if report["no_owner"]:
+        lines.append("no live owner (never injected): " + ", ".join(report["no_owner"]))
+    lines.append(f"turns: {len(report['turns'])}")
+    for t in report["turns"]:
+        used = ", ".join(f"{g} {n}" for g, n in t["used"].items()) or "nothing spent"
+        spent = f"  exhausted: {', '.join(t['exhausted'])}" if t["exhausted"] else ""
+        lines.append(f"  {t['session_id']} {t['turn_id']}: {used}{spent}")
+    lines.append(f"pending retries: {len(report['pending'])}")
+    lines += [f"  #{p['id']} {p['session_id']} {p['state']} due {p['due']}"
+              for p in report["pending"]]
+    lines.append("last decisions:")
+    lines += [f"  {d['at']} {d['session_id']} {d['kind'] or '-'}: {d['reason']}"
+              for d in report["decisions"]]
+    return "\n".join(lines)

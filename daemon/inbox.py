@@ -1,0 +1,43 @@
+"""What producers put into the daemon's one inbox (frozen values; only the loop consumes them).
+
+Producers are the bridge server's reader threads, the DB tailer, the timer jobs and the signal
+handlers. None of them decides anything: they describe what happened and the loop acts.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from opencode_autoretry.daemon.bridges import BridgeClosed, BridgeConnected, BridgeMessage
+from opencode_autoretry.models import Message
+
+__all__ = ["BridgeClosed", "BridgeConnected", "BridgeMessage", "DbRows", "Shutdown", "TimerDue"]
+
+Inbox = queue.Queue  # Queue[object]; one per daemon. Bridge items are defined by bridges.py.
+
+
+@dataclass(frozen=True)
+class DbRows:
+    """New rows the tailer read from OpenCode's DB since its last read.
+
+    ``events`` are OpenCode's durable events (``{"type", "aggregate_id", "data"}`` mappings,
+    e.g. ``message.updated.1``); ``messages`` are messages with ids after the last one seen.
+    """
+
+    events: tuple[Mapping[str, Any], ...] = ()
+    messages: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True)
+class TimerDue:
+    """A delayed retry's time has come (the loop re-checks everything before sending)."""
+
+    injection_id: int
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    reason: str = "signal"

@@ -1,0 +1,394 @@
+"""The one thread that decides and acts: inbox items in, classified turns, decisions performed.
+
+Producers (bridge readers, the DB tailer, timer jobs, signal handlers) only enqueue; this loop
+is the single consumer and the only caller of ``Actions``. It reads the clock once per item and
+passes ``now`` down to the pure classifier and decision core. Every ``tick_interval`` it checks
+stalls, due retries, the on/off switch and writes a heartbeat.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from opencode_autoretry.budget import (
+    DecisionContext,
+    PendingEvent,
+    decide,
+    new_ledger,
+    should_cancel_pending,
+)
+from opencode_autoretry.classifier import classify
+from opencode_autoretry.clock import Clock
+from opencode_autoretry.daemon import control
+from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
+from opencode_autoretry.daemon.inbox import (
+    BridgeClosed,
+    BridgeConnected,
+    BridgeMessage,
+    DbRows,
+    Shutdown,
+    TimerDue,
+)
+from opencode_autoretry.daemon.scheduler import Timers
+from opencode_autoretry.daemon.sessions import (
+    BUSY,
+    IDLE,
+    RETRY,
+    Sessions,
+    SessionView,
+    event_session_id,
+    expire_abort,
+    is_stalled,
+    note_unknown_step,
+    stall_verdict,
+    track_event,
+    with_error,
+)
+from opencode_autoretry.daemon.sources import UnownedWatch
+from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.dbtypes import DbError
+from opencode_autoretry.opencode.shapes import parse_error
+from opencode_autoretry.plugin_bridge import protocol
+from opencode_autoretry.policy import Policy
+from opencode_autoretry.settings import Settings
+from opencode_autoretry.store import Store
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_EVERY = timedelta(seconds=5)
+_PROGRESS = frozenset({
+    "message.updated", "message.part.updated", "message.part.delta", "session.status",
+    "permission.asked", "permission.replied", "todo.updated",
+})
+
+
+class Loop:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        bridge: BridgeSender,
+        open_db: Callable[[], OpenCodeDB],
+        timers: Timers,
+        clock: Clock,
+        policy: Policy,
+        *,
+        rand: Callable[[], float] = random.random,
+        pid: int | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.policy = policy
+        self.sessions = Sessions()
+        self._open_db = open_db
+        self._db: OpenCodeDB | None = None
+        self._rand = rand
+        self._pid = pid if pid is not None else os.getpid()
+        self.bridges: dict[str, protocol.Hello | None] = {}
+        self.actions = Actions(store, bridge, self.db, timers, self.sessions)
+        self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
+        self._bridge = bridge
+        self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
+        self._last_beat: datetime | None = None
+        self.unowned = UnownedWatch()
+        self.started = clock.now()
+
+    # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
+
+    def db(self) -> OpenCodeDB | None:
+        if self._db is None:
+            try:
+                self._db = self._open_db()
+            except DbError as exc:
+                log.debug("OpenCode DB not available: %s", exc)
+        return self._db
+
+    # -- the run loop -----------------------------------------------------------------------
+
+    def run(self, inbox: queue.Queue[object]) -> None:
+        self.recovery.rebuild(self.clock.now())
+        next_tick = time.monotonic()
+        while True:
+            try:
+                item = inbox.get(timeout=max(0.0, next_tick - time.monotonic()))
+            except queue.Empty:
+                item = None
+            if item is not None and not self.handle(item):
+                break
+            if time.monotonic() >= next_tick:
+                self.tick()
+                next_tick = time.monotonic() + self.settings.tick_interval
+        self.beat(self.clock.now(), stopping=True)
+
+    def handle(self, item: object) -> bool:
+        """Act on one inbox item; False when the loop should stop."""
+        if isinstance(item, Shutdown):
+            log.info("shutting down (%s)", item.reason)
+            return False
+        now = self.clock.now()
+        try:
+            self._dispatch(item, now)
+        except Exception:  # one bad item must not stop the daemon
+            log.exception("failed to handle %r", type(item).__name__)
+        return True
+
+    def _dispatch(self, item: object, now: datetime) -> None:
+        if isinstance(item, BridgeMessage):
+            self._on_bridge(item.conn_id, item.message, now)
+        elif isinstance(item, BridgeConnected):
+            self.bridges[item.conn_id] = item.hello
+            log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
+                     item.hello.directory)
+            self.recovery.adopt(item.conn_id, item.hello.pid, now)
+        elif isinstance(item, BridgeClosed):
+            self.bridges.pop(item.conn_id, None)
+            for view in self.sessions.drop_owner(item.conn_id):
+                log.info("session %s lost its owner (bridge %s closed)", view.session_id,
+                         item.conn_id)
+        elif isinstance(item, TimerDue):
+            self.recovery.send_due(now)
+        elif isinstance(item, DbRows):
+            self._on_db_rows(item, now)
+
+    def tick(self) -> None:
+        now = self.clock.now()
+        try:
+            self._check_stalls(now)
+            db = self.db()
+            if db is not None and len(self.unowned):
+                self._judge_unowned(self.unowned.recheck(db, self._owned_now), now)
+            self.recovery.apply_switch(now)
+            self.recovery.send_due(now)
+            self.recovery.check_sent(now)
+            if self._last_beat is None or now - self._last_beat >= HEARTBEAT_EVERY:
+                self.beat(now)
+        except Exception:
+            log.exception("tick failed")
+
+    # -- bridge messages --------------------------------------------------------------------
+
+    def _on_bridge(self, conn_id: str, raw: object, now: datetime) -> None:
+        message = raw  # bridges.py decodes every line into a protocol dataclass
+        if isinstance(message, protocol.Event):
+            self._on_event(conn_id, message, now)
+        elif isinstance(message, protocol.ChatMessage):
+            self._on_chat(conn_id, message, now)
+        elif isinstance(message, protocol.Ack):
+            self.actions.on_ack(message.id, message.ok, message.error, now)
+        elif isinstance(message, protocol.Command):
+            reply = control.answer(message, self, now)
+            self._bridge.send(conn_id, reply)
+        elif isinstance(message, protocol.Stats) and message.dropped:
+            log.warning("bridge %s dropped %s events", conn_id, message.dropped)
+
+    def _owned(self, session_id: str, conn_id: str) -> SessionView:
+        """The bridge whose traffic mentions a session owns it; a new owner is written with
+        the next tick's heartbeat, so a restarted daemon can re-adopt it by the bridge's pid."""
+        view = self.sessions.ensure(session_id)
+        if view.owner != conn_id:
+            view.owner = conn_id
+            self._last_beat = None
+        return view
+
+    def _on_chat(self, conn_id: str, chat: protocol.ChatMessage, now: datetime) -> None:
+        view = self._owned(chat.session_id, conn_id)
+        view.last_activity = now
+        if chat.marker is not None:
+            injection = str(chat.marker.get("injection", ""))
+            if injection.isdigit():
+                self.actions.confirm(int(injection), chat.message_id, now)
+            return
+        if chat.synthetic or chat.command:
+            return
+        # A real user message: a new turn (its ledger is opened lazily by its id) and no
+        # pending retry of the old turn may still fire.
+        view.agent = chat.agent or view.agent
+        reason = should_cancel_pending(
+            self.actions.pending.get(chat.session_id), PendingEvent.REAL_USER_MESSAGE
+        ) or "cancelled: the user wrote a new message"
+        self.actions.cancel_open(chat.session_id, now, reason)
+        view.unknown_steps.clear()
+        view.runaway_acted.clear()
+        if chat.message_id:
+            self.store.set_current_turn(chat.session_id, chat.message_id, now)
+
+    def _on_event(self, conn_id: str, event: protocol.Event, now: datetime) -> None:
+        props = event.properties
+        session_id = event_session_id(props)
+        if session_id is None:
+            return
+        view = self._owned(session_id, conn_id)
+        kind = event.event_type
+        log.debug("%s %s %s", conn_id, kind, session_id)
+        if kind in _PROGRESS:
+            view.last_activity = now
+        if kind == "session.status":
+            status = props.get("status")
+            self._on_status(view, status if isinstance(status, Mapping) else {}, now)
+        elif kind == "session.idle":
+            self._on_idle(view, now)
+        elif kind == "session.error":
+            self._on_error(view, props.get("error"), now)
+        elif kind == "session.deleted":
+            self.actions.cancel_open(session_id, now, "cancelled: the session was deleted")
+        elif kind == "message.updated":
+            self._on_message_info(view, props.get("info"), now)
+        else:
+            track_event(self.sessions, view, kind, props)
+
+    def _on_status(self, view: SessionView, status: Mapping[str, Any], now: datetime) -> None:
+        kind = status.get("type")
+        if kind == IDLE:
+            self._on_idle(view, now)
+            return
+        pending = self.actions.pending.get(view.session_id)
+        if kind == BUSY:
+            view.quiet = False
+            if view.status not in (BUSY, RETRY) and view.abort_requested is None:
+                self._cancel(view, should_cancel_pending(pending, PendingEvent.SESSION_BUSY), now)
+            view.status, view.retry_next = BUSY, None
+        elif kind == RETRY:
+            view.status = RETRY
+            nxt = status.get("next")
+            view.retry_next = datetime.fromtimestamp(nxt / 1000, tz=now.tzinfo) if isinstance(
+                nxt, int | float) else None
+            self._cancel(view, should_cancel_pending(pending, PendingEvent.SESSION_RETRYING), now)
+
+    def _cancel(self, view: SessionView, reason: str | None, now: datetime) -> None:
+        if reason is not None:
+            self.actions.cancel_open(view.session_id, now, reason)
+
+    def _on_idle(self, view: SessionView, now: datetime) -> None:
+        view.status = IDLE
+        view.retry_next = None
+        view.tools_running.clear()
+        if view.abort_requested is not None:
+            # Our own abort finished: not a failure; stay quiet until the session works again.
+            view.abort_requested = None
+            view.quiet = True
+        elif not view.quiet:
+            self.evaluate(view, now, settled=True)
+        self.recovery.send_due(now, view.session_id)
+        parent = self.sessions.get(view.parent_id) if view.parent_id else None
+        if parent is not None and parent.status == IDLE and not parent.quiet:
+            self.evaluate(parent, now, settled=True)  # it was waiting on this child (R2)
+
+    def _on_error(self, view: SessionView, raw: object, now: datetime) -> None:
+        if view.abort_requested is not None or view.quiet:
+            return  # the MessageAbortedError of an abort we asked for
+        error = parse_error(raw)
+        self.evaluate(view, now, error=error, settled=True)
+
+    def _on_message_info(self, view: SessionView, info: object, now: datetime) -> None:
+        if not isinstance(info, Mapping) or info.get("role") != "assistant":
+            return
+        count = note_unknown_step(view, info)
+        parent = str(info.get("parentID"))
+        if count >= self.settings.runaway_steps and parent not in view.runaway_acted:
+            view.runaway_acted.add(parent)
+            self.evaluate(view, now, settled=False)
+
+    # -- OpenCode DB rows -------------------------------------------------------------------
+
+    def _on_db_rows(self, rows: DbRows, now: datetime) -> None:
+        for message in rows.messages:
+            marker = message.marker
+            if marker is not None and str(marker.get("injection", "")).isdigit():
+                self.actions.confirm(int(marker["injection"]), message.id, now)
+        self._judge_unowned(self.unowned.on_rows(rows, self._owned_now), now)
+
+    def _judge_unowned(self, session_ids: set[str], now: datetime) -> None:
+        for session_id in sorted(session_ids):  # no bridge reports these: the DB is all we have
+            self.evaluate(self.sessions.ensure(session_id), now, settled=True)
+
+    def _owned_now(self, session_id: str) -> bool:
+        view = self.sessions.get(session_id)
+        return view is not None and view.owner is not None
+
+    # -- deciding ---------------------------------------------------------------------------
+
+    def evaluate(
+        self, view: SessionView, now: datetime, *, error: ErrorInfo | None = None,
+        settled: bool = False, verdict: Verdict | None = None,
+    ) -> Decision | None:
+        """Classify the session's last turn and perform what the decision core says."""
+        db = self.db()
+        turn = db.last_turn(view.session_id) if db is not None else None
+        if turn is None:
+            return None
+        if error is not None:
+            turn = with_error(turn, error)
+        live = self.sessions.live_facts(view.session_id, settled=settled)
+        if verdict is None:
+            verdict = classify(turn, live, now=now, runaway_steps=self.settings.runaway_steps)
+        if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
+            return None
+        decision = self._decide(view, turn, verdict, live, now)
+        # One record per failure and outcome: the duplicated idles and replays of a failure
+        # already acted on (or already skipped for the same reason) add nothing to the trace.
+        key = verdict.message_id or f"turn:{turn.id}"
+        before = self._recorded.get(key)
+        repeat = before is not None and (
+            before[0] is not Action.SKIP or before[1] == decision.reason
+        )
+        if decision.sends or not repeat:
+            self._recorded[key] = (decision.action, decision.reason)
+            self.actions.perform(decision, now, verdict.message_id)
+            if decision.sends:
+                self.beat(now)  # the owners a restart needs to send this retry
+            if decision.action is Action.INJECT:
+                self.recovery.send_due(now, view.session_id)  # at once, if the session is idle
+        enabled = self.store.is_enabled(view.session_id)
+        if verdict.kind is Kind.RUNAWAY and not decision.sends and enabled:
+            self.actions.abort(view.session_id, now)  # stop the loop even without a budget
+        return decision
+
+    def _decide(
+        self, view: SessionView, turn: Turn, verdict: Verdict, live: Any, now: datetime
+    ) -> Decision:
+        db = self.db()
+        session = db.session(view.session_id) if db is not None else None
+        is_child = None if session is None else session.parent_id is not None
+        if is_child is False and view.owner is None and verdict.retryable:
+            return Decision(Action.SKIP, "skip: no live owner (recorded, never injected)",
+                            view.session_id, turn.id, verdict.kind, verdict.group)
+        ledger = self.store.load_ledger(view.session_id, turn.id) or new_ledger(
+            view.session_id, turn.id
+        )
+        step = turn.last_step
+        context = DecisionContext(
+            session_id=view.session_id, is_child=is_child,
+            enabled=self.settings.enabled and self.store.is_enabled(view.session_id), live=live,
+            provider_id=step.provider_id if step else None,
+            pending=self.actions.pending.get(view.session_id),
+        )
+        decision, updated = decide(ledger, verdict, context, self.policy, now, self._rand())
+        if updated != ledger:
+            self.store.save_ledger(updated, now)
+        return decision
+
+    def _check_stalls(self, now: datetime) -> None:
+        for view in self.sessions:
+            expire_abort(view, now)
+            if not is_stalled(view, now, self.settings.stall_timeout):
+                continue
+            db = self.db()
+            turn = db.last_turn(view.session_id) if db is not None else None
+            verdict = stall_verdict(view, turn, now)
+            view.last_activity = now  # one check per stall period
+            self.evaluate(view, now, verdict=verdict)
+
+    # -- heartbeat --------------------------------------------------------------------------
+
+    def beat(self, now: datetime, *, stopping: bool = False) -> None:
+        self._last_beat = now
+        self.store.beat(now, self._pid, control.heartbeat_info(self, stopping))

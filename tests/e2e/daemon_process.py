@@ -1,0 +1,101 @@
+"""Runs the real ``autoretry run`` as a subprocess for the daemon e2e scenarios.
+
+Isolated: its own AUTORETRY_HOME (store, logs), socket and config; OPENCODE_DB points at the
+e2e OpenCode's DB. Its stderr (``--foreground --verbose``) is followed so a test can wait for a
+log line instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from opencode_autoretry.store import StoreView
+
+#: Fast budgets for most scenarios: the same shape as the defaults, shorter waits.
+FAST_CONFIG = "\n".join(
+    f"[budgets.{group}]\ninitial_delay = 1.0\nmax_delay = 1.0\n"
+    for group in ("disconnect", "timeout", "stream", "server", "rate_limit", "unknown")
+)
+
+
+class DaemonProcess:
+    def __init__(self, home: Path, socket: Path, opencode_db: Path, config: str = "") -> None:
+        self.home = home
+        self.socket = socket
+        self.opencode_db = opencode_db
+        self.config = home / "config.toml"
+        home.mkdir(parents=True, exist_ok=True)
+        self.config.write_text(config)
+        self.process: subprocess.Popen[str] | None = None
+        self._lines: list[str] = []
+        self._cond = threading.Condition()
+
+    def start(self, timeout: float = 30.0) -> DaemonProcess:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("AUTORETRY_", "XDG_"))},
+            "AUTORETRY_HOME": str(self.home),
+            "AUTORETRY_SOCKET": str(self.socket),
+            "AUTORETRY_CONFIG": str(self.config),
+            "OPENCODE_DB": str(self.opencode_db),
+            "AUTORETRY_TICK_INTERVAL": "0.2",
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "opencode_autoretry.cli", "run", "--foreground", "--verbose"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started = len(self._lines)
+        threading.Thread(target=self._follow, args=(self.process,), daemon=True).start()
+        self.wait_log("autoretry daemon", timeout, after=started)
+        return self
+
+    def _follow(self, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None
+        for line in process.stderr:
+            with self._cond:
+                self._lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+
+    def lines(self) -> list[str]:
+        with self._cond:
+            return list(self._lines)
+
+    def wait_log(self, needle: str, timeout: float, after: int = 0) -> str:
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self._lines[after:]:
+                    if needle in line:
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    tail = "\n".join(self._lines[-30:])
+                    raise AssertionError(f"daemon logged no {needle!r} within {timeout}s:\n{tail}")
+                self._cond.wait(left)
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(timeout=15)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=15)
+
+    def store(self) -> StoreView:
+        return StoreView.open(self.home / "autoretry.db")

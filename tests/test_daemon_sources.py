@@ -1,0 +1,198 @@
+"""Producers (tailer, -wal watcher, timers) only enqueue; the CLI commands; a clean shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from daemon_fakes import Harness, drain  # noqa: E402
+from opencode_rows import OpenCodeRows  # noqa: E402
+
+from opencode_autoretry.cli import main  # noqa: E402
+from opencode_autoretry.daemon.inbox import DbRows, Shutdown, TimerDue  # noqa: E402
+from opencode_autoretry.daemon.scheduler import RetryScheduler  # noqa: E402
+from opencode_autoretry.daemon.sources import DbTailer  # noqa: E402
+from opencode_autoretry.daemon.watch import WalWatcher  # noqa: E402
+from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
+from opencode_autoretry.store import Store  # noqa: E402
+
+WAIT_S = 10.0
+
+
+class CountingDB:
+    """The real reader, counting how many rows each tail query returned."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = OpenCodeDB.open(path)
+        self.returned = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.db, name)
+
+    def events_after(self, rowid: int, limit: int):
+        rows = self.db.events_after(rowid, limit)
+        self.returned += len(rows)
+        return rows
+
+    def messages_after(self, message_id, limit: int):
+        rows = self.db.messages_after(message_id, limit)
+        self.returned += len(rows)
+        return rows
+
+
+def test_tailer_reads_only_what_is_new(tmp_path):
+    rows = OpenCodeRows(tmp_path / "opencode.db")
+    sid = rows.session("old-history")
+    for _ in range(50):
+        rows.assistant(sid, rows.user(sid))
+        rows.event(sid, "message.updated.1", {"sessionID": sid, "info": {}})
+    rows.commit()
+    reader = CountingDB(tmp_path / "opencode.db")
+    inbox: queue.Queue[object] = queue.Queue()
+    tailer = DbTailer(lambda: reader, inbox, poll_interval=60, batch=3)
+    assert tailer.prime()
+    assert tailer.read_new() is None and reader.returned == 0  # history is not re-read
+
+    user = rows.user(sid, "new")
+    rows.assistant(sid, user)
+    rows.event(sid, "message.updated.1", {"sessionID": sid, "info": {"id": user}})
+    rows.commit()
+    item = tailer.read_new()
+    assert isinstance(item, DbRows)
+    assert [m.id for m in item.messages][0] == user and len(item.messages) == 2
+    assert [e["type"] for e in item.events] == ["message.updated.1"]
+    assert reader.returned == 3  # exactly the new rows
+    assert drain(inbox) == [item]
+    assert tailer.read_new() is None
+
+
+def test_tailer_waits_for_a_missing_db(tmp_path):
+    inbox: queue.Queue[object] = queue.Queue()
+    tailer = DbTailer(lambda: OpenCodeDB.open(tmp_path / "none.db"), inbox, poll_interval=60)
+    assert not tailer.prime()
+    assert tailer.read_new() is None
+
+
+def test_wal_watcher_wakes_on_writes(tmp_path):
+    rows = OpenCodeRows(tmp_path / "opencode.db")
+    rows.commit()
+    woke = threading.Event()
+    watcher = WalWatcher(tmp_path / "opencode.db", woke.set)
+    assert watcher.start()
+    try:
+        woke.clear()
+        rows.user(rows.session("x"))
+        rows.commit()
+        assert woke.wait(WAIT_S), "no wake-up within 10 s of a WAL write"
+    finally:
+        watcher.stop()
+        rows.close()
+
+
+def test_wal_watcher_on_a_missing_directory(tmp_path):
+    assert not WalWatcher(tmp_path / "nope" / "opencode.db", lambda: None).start()
+
+
+def test_tailer_thread_enqueues_after_a_wake(tmp_path):
+    rows = OpenCodeRows(tmp_path / "opencode.db")
+    rows.commit()
+    inbox: queue.Queue[object] = queue.Queue()
+    tailer = DbTailer(lambda: OpenCodeDB.open(tmp_path / "opencode.db"), inbox, 60)
+    tailer.prime()
+    tailer.start()
+    try:
+        rows.user(rows.session("y"))
+        rows.commit()
+        tailer.wake()
+        item = inbox.get(timeout=WAIT_S)
+        assert isinstance(item, DbRows) and len(item.messages) == 1
+    finally:
+        tailer.stop()
+
+
+def test_scheduler_jobs_only_enqueue_timer_due():
+    inbox: queue.Queue[object] = queue.Queue()
+    timers = RetryScheduler(inbox)
+    timers.start()
+    try:
+        now = datetime.now(tz=UTC)
+        timers.arm(7, now + timedelta(milliseconds=50))
+        timers.arm(8, now + timedelta(hours=1))
+        timers.cancel(8)
+        timers.cancel(99)  # unknown ids are fine
+        assert inbox.get(timeout=WAIT_S) == TimerDue(7)
+        timers.cancel(7)  # already fired: harmless
+        assert drain(inbox) == []
+    finally:
+        timers.shutdown()
+
+
+def test_loop_run_stops_on_shutdown_and_writes_a_last_heartbeat(tmp_path):
+    h = Harness(tmp_path)
+    inbox: queue.Queue[object] = queue.Queue()
+    inbox.put(Shutdown("test"))
+    h.loop.run(inbox)
+    beat = h.store.heartbeat()
+    assert beat is not None and beat.info["stopping"] is True
+
+
+def cli(tmp_path, *args):
+    env = {"AUTORETRY_HOME": str(tmp_path), "OPENCODE_DB": str(tmp_path / "opencode.db"),
+           "AUTORETRY_CONFIG": str(tmp_path / "none.toml")}
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def test_on_off_and_status_commands(tmp_path):
+    assert "autoretry off for all sessions" in cli(tmp_path, "off").output
+    assert "autoretry off for session ses_a" in cli(tmp_path, "off", "--session", "ses_a").output
+    report = json.loads(cli(tmp_path, "status", "--json").output)
+    assert report["enabled"] is False and report["daemon"]["running"] is False
+    assert report["switches"] == {"*": False, "ses_a": False}
+    cli(tmp_path, "on")
+    text = cli(tmp_path, "status").output
+    assert text.startswith("autoretry is on\ndaemon: not running")
+    assert "off for sessions: ses_a" in text
+
+
+def test_status_shows_a_live_daemon(tmp_path):
+    store = Store.open(tmp_path / "autoretry.db")
+    store.beat(datetime.now(tz=UTC), 321, {"bridges": [{"pid": 5, "directory": "/p"}],
+                                           "sessions": {"ses_a": {"status": "busy"}},
+                                           "no_owner": ["ses_b"]})
+    store.close()
+    text = cli(tmp_path, "status").output
+    assert "daemon: running (pid 321" in text
+    assert "pid 5  /p" in text and "ses_a  busy" in text
+    assert "no live owner (never injected): ses_b" in text
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_run_exits_0_on_signal(tmp_path, signum):
+    env = {**os.environ, "AUTORETRY_HOME": str(tmp_path), "AUTORETRY_SOCKET":
+           str(tmp_path / "d.sock"), "OPENCODE_DB": str(tmp_path / "opencode.db"),
+           "AUTORETRY_CONFIG": str(tmp_path / "none.toml"), "AUTORETRY_TICK_INTERVAL": "0.1"}
+    command = [sys.executable, "-m", "opencode_autoretry.cli", "run", "--foreground"]
+    with subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            for line in proc.stderr:  # bounded by the daemon's start-up line
+                if "autoretry daemon" in line:
+                    break
+            proc.send_signal(signum)
+            assert proc.wait(timeout=WAIT_S) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert (tmp_path / "log" / "daemon.log").exists()
+    assert not (tmp_path / "d.sock").exists()
