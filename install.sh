@@ -90,7 +90,27 @@ install_service() {
     launchctl load -w "$PLIST"
     say "launchd agent $LABEL loaded ($PLIST)"
   else
-    say "no user service manager found; start the daemon yourself: autoretry run"
+    start_in_background
+  fi
+}
+
+# No service manager (containers, WSL without systemd): run the daemon detached ourselves, so
+# that one command still leaves a running daemon. An older one is stopped first (upgrade).
+start_in_background() {
+  local old
+  old="$(pgrep -f "$VENV/bin/autoretry run" || true)"
+  if [[ -n "$old" ]]; then
+    kill $old 2>/dev/null || true
+    for _ in $(seq 50); do pgrep -f "$VENV/bin/autoretry run" >/dev/null || break; sleep 0.1; done
+  fi
+  nohup "$VENV/bin/autoretry" run >/dev/null 2>&1 </dev/null &
+  local pid=$!
+  sleep 1
+  if kill -0 "$pid" 2>/dev/null; then
+    say "no user service manager found: daemon started in the background (pid $pid);"
+    say "it is not restarted after a reboot: add 'autoretry run' to your session start-up"
+  else
+    warn "the daemon exited at once; run 'autoretry run --verbose' to see why"
   fi
 }
 
@@ -148,6 +168,7 @@ do_dev() {
 
 do_uninstall() {
   remove_service
+  pkill -f "$VENV/bin/autoretry run" 2>/dev/null && say "stopped the running daemon" || true
   if [[ -x "$VENV/bin/autoretry" ]]; then
     "$VENV/bin/autoretry" bridge uninstall || warn "bridge uninstall failed; remove ~/.config/opencode/plugins/autoretry.js by hand"
   fi
