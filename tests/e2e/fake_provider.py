@@ -11,6 +11,7 @@ Behaviours (``name[:arg]``): normal, tool, blank (finish stop, 0 output), length
 length, 0 output), reasoning (reasoning only), http400_disconnect, http429[:retry_after_s],
 http500, reset[:chunks] (RST after some chunks), noreason ([DONE] without finish_reason),
 stall (headers, then nothing until released/closed), repeat[:n] (one sentence n times).
+More behaviours can be added per provider: ``provider.responders[name] = fn`` (fake_loops.py).
 Every request is logged (``provider.requests``); tests assert on the log.
 """
 
@@ -59,6 +60,7 @@ class ProviderRequest:
     behaviour: str
     is_title: bool
     stream: bool
+    body: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the JSON
 
     @property
     def last_user_text(self) -> str:
@@ -121,6 +123,7 @@ class FakeProvider:
     def __init__(self) -> None:
         self._script: deque[str] = deque()
         self._log: list[ProviderRequest] = []
+        self.responders: dict[str, Callable[[Any, str, threading.Event], None]] = {}
         self._cond = threading.Condition()
         self._release = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -230,10 +233,11 @@ class FakeProvider:
                         behaviour=behaviour,
                         is_title=is_title,
                         stream=bool(body.get("stream")),
+                        body=body,
                     )
                 )
                 name, _, arg = behaviour.partition(":")
-                act = RESPONDERS.get(name)
+                act = RESPONDERS.get(name) or provider.responders.get(name)
                 if act is None:
                     self._json(400, {"error": {"message": f"fake: unknown behaviour {behaviour}"}})
                     return
