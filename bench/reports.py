@@ -1,6 +1,6 @@
 """Benchmark: the four reports vs the prior art's diagnostic SQL, on synthetic 1.18 DBs.
 
-    .venv/bin/python bench/reports.py [--sizes 100000,1000000] [--repeat 3]
+    .venv/bin/python bench/reports.py [--sizes 100000,1000000] [--repeat 3] [--check]
 
 Builds (once, cached under $BENCH_DIR or /tmp/autoretry-bench, never in the repo) a DB with
 the pinned OpenCode 1.18.33 DDL holding N messages and 2 parts per message: sessions of ~200
@@ -9,6 +9,8 @@ messages, turns of a user message and 1-4 assistant steps (tool calls, then an a
 500, timeouts, aborts, silent, runaway loops) and a continuation after a third of them. Then
 times each report in-process (build + JSON) and, on the same DB, the prior art's queries
 (``json_extract`` + ``LIKE`` full scans over ``message.data``, prior-art.md §b1).
+``--check`` first compares ``diagnose``'s full JSON (0 and 7 days) with the same report built
+on ``ExhaustiveDB`` (tests/diagnostics/exhaustive_db.py: every row parsed, no shortcut).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "diagnostics"))
 
+from exhaustive_db import reference_verdict  # noqa: E402
 from opencode_rows import (  # noqa: E402
     BASE_MS,
     PROJECT_ID,
@@ -339,6 +343,20 @@ def measure(path: Path, repeat: int) -> dict[str, tuple[float, float, float]]:
     }
 
 
+def check_diagnose(path: Path) -> bool:
+    """Whether the fast prefilters give the same reports (0 and 7 days) as parsing every row."""
+    verdicts = [reference_verdict(path, now=NOW, days=days) for days in (0, 7)]
+    print("\n".join(line for line, _ in verdicts))
+    return all(same for _, same in verdicts)
+
+
+def print_ratios(results: dict[str, tuple[float, float, float]]) -> None:
+    for days in (0, 7):
+        ours, art = results[f"diagnose {days}"], results[f"prior art diagnose {days} (6 checks)"]
+        wall, cpu = art[1] / ours[1], art[2] / ours[2]
+        print(f"diagnose {days} vs prior art: {wall:.1f}x (median wall), {cpu:.1f}x (CPU)")
+
+
 def ensure_db(size: int, base: Path) -> Path:
     path = base / f"opencode-1.18.33-{size}.db"
     if not path.exists():
@@ -355,6 +373,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--check", action="store_true", help="compare with the reference first")
     args = parser.parse_args()
     base = Path(os.environ.get("BENCH_DIR") or "/tmp/autoretry-bench")
     base.mkdir(parents=True, exist_ok=True)
@@ -365,10 +384,15 @@ def main() -> None:
         path = ensure_db(size, base)
         mb = path.stat().st_size / 2**20
         print(f"\n{size:,} messages, {mb:,.0f} MB ({path})")
+        if args.check and not check_diagnose(path):
+            sys.exit(1)
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         print(f"{'report':34} {'first':>9} {'median':>9} {'cpu':>9}")
-        for name, (first, median, cpu) in measure(path, args.repeat).items():
+        results = measure(path, args.repeat)
+        for name, (first, median, cpu) in results.items():
             print(f"{name:34} {first * 1000:7.0f}ms {median * 1000:7.0f}ms {cpu * 1000:7.0f}ms")
+        print_ratios(results)
+        print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

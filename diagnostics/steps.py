@@ -47,38 +47,40 @@ def _opener(step: Message) -> Message:
     )
 
 
-def _key(message: Message) -> tuple[int, str]:
-    return to_epoch_ms(message.time_created), message.id
+def _key(message: Message) -> tuple[datetime, str]:
+    """Creation order (aware datetimes compare like their epoch milliseconds)."""
+    return message.time_created, message.id
 
 
 def _live(db: OpenCodeDB, step: Message, is_last: bool, now: datetime) -> LiveFacts | None:
-    """What the owner knew, inferred from what followed (the lookups only when they matter)."""
+    """What the owner knew, inferred from what followed (one indexed probe, only when the
+    answer matters: a recent step, or an ``unknown`` finish that OpenCode may have followed)."""
     if not is_last:
         return None  # a later step of the same turn: OpenCode went on by itself
     recent = now - step.time_created < SETTLE
-    if step.finish == "unknown" and (recent or db.has_later(step)) and _continued(db, step):
-        return None
-    if not recent or db.has_later(step):
+    if not recent and step.finish != "unknown":
+        return IDLE
+    following = db.next_row(step)
+    if step.finish == "unknown" and _same_turn(following, step):
+        return None  # OpenCode started another step of the same turn right after it
+    if not recent or following is not None:
         return IDLE
     done = step.time_completed is not None and (step.error or step.finish not in (None, "unknown"))
     return IDLE if done else BUSY
 
 
-def _continued(db: OpenCodeDB, step: Message) -> bool:
-    """Whether OpenCode started another step of the same turn right after ``step``."""
-    following = db.neighbours(step, None, before=False, limit=1)
-    return (
-        following is not None
-        and following.role is Role.ASSISTANT
-        and following.parent_id == step.parent_id
-    )
+def _same_turn(following: MessageRow | None, step: Message) -> bool:
+    if following is None or following.data.get("role") != "assistant":
+        return False
+    parent = following.data.get("parentID")
+    return (parent if isinstance(parent, str) and parent else None) == step.parent_id
 
 
 def _group_steps(db: OpenCodeDB, group: Sequence[Message], from_parent: bool) -> list[Message]:
     """Every step of the group's parent up to its last candidate, in order: from the first
     candidate on (enough to see a run of empty steps), or from the parent message itself."""
     first, last = group[0], group[-1]
-    start, end = _key(first)[0], _key(last)[0]
+    start, end = to_epoch_ms(first.time_created), to_epoch_ms(last.time_created)
     if not from_parent and set(db.ids_between(first.session_id, start, end)) == {
         m.id for m in group
     }:
@@ -100,11 +102,12 @@ def _classify_group(
     loaded = whole_turn or len(group) >= runaway_steps
     context = _group_steps(db, group, whole_turn) if loaded else list(group)
     position = {m.id: i for i, m in enumerate(context)}
+    opener = _opener(group[0])  # the group shares its session and parent
     found: list[ClassifiedStep] = []
     for index, step in enumerate(group):
         upto = position.get(step.id)
         steps = tuple(context[: upto + 1]) if loaded and upto is not None else (step,)
-        turn = Turn(step.session_id, _opener(step), steps)
+        turn = Turn(step.session_id, opener, steps)
         live = _live(db, step, index == len(group) - 1, now)
         verdict = classify(turn, live, now=now, runaway_steps=runaway_steps)
         found.append(ClassifiedStep(step, turn, verdict))
@@ -124,10 +127,11 @@ def classify_rows(
 
     ``whole_turn`` loads every earlier step of each turn (for a few rows: timeline, trace);
     otherwise only groups long enough to be a runaway loop are loaded (diagnose). ``lean``
-    leaves the parts of errored steps unread: the classifier decides those on the error
-    alone (its contract: the last step's error wins over finish and parts)."""
+    leaves unread the parts of errored steps (the classifier decides those on the error
+    alone: its contract is that the last step's error wins over finish and parts) and the
+    step-start/step-finish parts (it reads only text, reasoning and tool parts)."""
     assistants = [r for r in rows if r.data.get("role") == "assistant"]
-    steps = db.with_parts(assistants, errored=not lean)
+    steps = db.with_parts(assistants, errored=not lean, step_parts=not lean)
     groups: dict[tuple[str, str], list[Message]] = defaultdict(list)
     for step in steps:
         groups[(step.session_id, step.parent_id or "")].append(step)

@@ -1,17 +1,17 @@
-"""Read-only reader of OpenCode's SQLite database (1.18 schema). All host SQL lives here.
+"""Read-only reader of OpenCode's SQLite database (1.18 schema). All host SQL: here, dbtypes.
 
 The file is opened with the ``mode=ro`` URI and ``query_only``: nothing here can write, create
 or migrate it. Costs are kept independent of the database's size where the daemon needs it:
 lookups go through OpenCode's own indexes (primary keys, ``(session_id, time_created, id)``,
 ``part(message_id, id)``, ``part(session_id)``) or through rowid ranges. ``msg_``/``prt_``/
 ``evt_`` ids and rowids grow with time; ``ses_`` ids shrink with time.
-
 Failures surface as ``DbError`` subclasses whose text is one line fit for the terminal.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -20,8 +20,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from opencode_autoretry.models import MARKER_KEY, Message, Role, Session, Turn, to_epoch_ms
+from opencode_autoretry.models import Message, Role, Session, Turn, to_epoch_ms
 from opencode_autoretry.opencode.dbtypes import (
+    ERRORED_STEP,
+    MARKED_PART,
+    MARKED_PARTS_SINCE,
+    NOT_STEP_PART,
+    PACKED_MESSAGE,
+    TOOL_MARKUP_PARTS,
+    UNPROVEN_STEPS,
     DbError,
     DbMissing,
     DbUnreadable,
@@ -29,10 +36,12 @@ from opencode_autoretry.opencode.dbtypes import (
     EventRow,
     MessageRow,
     chunks,
+    in_one_row,
     marks,
     ms_or_zero,
     one_line,
     prefix_end,
+    unpack_message_rows,
 )
 from opencode_autoretry.opencode.shapes import (
     SESSION_COLUMNS,
@@ -49,27 +58,7 @@ REQUIRED_TABLES = ("session", "message", "part")
 _SESSION_SELECT = f"SELECT {', '.join(SESSION_COLUMNS)} FROM session"
 _MESSAGE_SELECT = "SELECT id, session_id, time_created, data FROM message"
 _PART_SELECT = "SELECT id, message_id, session_id, time_created, data FROM part"
-
-# Report prefilters read the raw JSON text, never parse it (SQLite 3.40 re-parses JSON on
-# every json_extract, and a full instr() pass costs about as much). OpenCode writes compact
-# JSON, keys in creation order, and escapes quotes inside strings, so these needles only match
-# keys. A healthy step ends with its finish key (set after tokens and time; an error is added
-# after it), so one cheap look at the last bytes clears most rows, and only answers that end
-# "stop" pay one early-stopping search for their output count. The classifier decides on the
-# rest. Tool calls written as text live in text parts: cheap GLOB gates, then the needles.
-_TAIL_IS = 'substr(CAST(data AS BLOB), -{n}) = CAST(\'"finish":"{finish}"}}\' AS BLOB)'
-_UNPROVEN = f"""rowid >= ? AND rowid < ? AND time_created >= ? AND data NOT LIKE '{{"role":"user"%'
-    AND NOT {_TAIL_IS.format(n=22, finish="tool-calls")}
-    AND (NOT {_TAIL_IS.format(n=16, finish="stop")}
-         OR substr(data, instr(data, '"output":') + 9, 2) IN ('0,', '0}}'))"""
-TOOL_MARKUP_NEEDLES = ("<invoke", "</invoke>", "<function", "<tool_call>", "<parameter name=")
-_MARKUP_ANY = " OR ".join(f"instr(data, '{n}') > 0" for n in TOOL_MARKUP_NEEDLES)
-_TOOL_MARKUP = f"""SELECT DISTINCT message_id FROM part WHERE rowid >= ? AND time_created >= ?
-    AND data LIKE '{{"type":"text"%' AND (data GLOB '*<[fiptFIPT/]*' AND ({_MARKUP_ANY})
-        OR data GLOB '*"type\\":\\"function*' AND instr(data, '{{\\"type\\":\\"function\\"') > 0)"""
-_ERRORED = """instr(data, '"error":') > 0 AND json_extract(data, '$.role') = 'assistant'
-    AND json_extract(data, '$.error') IS NOT NULL"""
-_MARKED = "json_extract(data, '$.metadata.autoretry') IS NOT NULL"
+_BY_MESSAGE = "ORDER BY message_id, id"
 
 
 class OpenCodeDB:
@@ -182,29 +171,38 @@ class OpenCodeDB:
 
     # -- messages and parts -------------------------------------------------------------------
 
-    def _parts_by_message(self, message_ids: Sequence[str]) -> dict[str, list[Any]]:
+    def _parts_by_message(
+        self, message_ids: Sequence[str], step_parts: bool = True
+    ) -> dict[str, list[Any]]:
         by_message: dict[str, list[Any]] = {mid: [] for mid in message_ids}
+        only = "" if step_parts else f"AND {NOT_STEP_PART}"
         for chunk in chunks(list(message_ids)):
-            sql = f"{_PART_SELECT} WHERE message_id IN ({marks(chunk)}) ORDER BY message_id, id"
+            sql = f"{_PART_SELECT} WHERE message_id IN ({marks(chunk)}) {only} {_BY_MESSAGE}"
             for pid, mid, sid, created, raw in self._rows(sql, chunk):
                 by_message[mid].append(parse_part(pid, mid, sid, created, load_json(raw)))
         return by_message
 
-    def with_parts(self, rows: Sequence[MessageRow], errored: bool = True) -> list[Message]:
+    def with_parts(
+        self, rows: Sequence[MessageRow], errored: bool = True, step_parts: bool = True
+    ) -> list[Message]:
         """Messages for ``rows``, each with its parts (read through ``part(message_id, id)``);
-        ``errored=False`` leaves the parts of rows with an error unread."""
+        ``errored=False`` leaves the parts of rows with an error unread, ``step_parts=False``
+        the step-start/step-finish parts (bookkeeping the classifier never reads)."""
         wanted = [r.id for r in rows if errored or not r.data.get("error")]
-        parts = self._parts_by_message(wanted)
+        parts = self._parts_by_message(wanted, step_parts)
         return [
             parse_message(r.id, r.session_id, r.time_created, r.data, parts.get(r.id, ()))
             for r in rows
         ]
 
     def _message_rows(
-        self, where: str, params: Sequence[Any] = (), tail: str = ""
+        self, where: str, params: Sequence[Any] = (), tail: str = "", at_once: bool = False
     ) -> list[MessageRow]:
-        """Message rows selected by a ``WHERE`` clause written in this module."""
+        """Message rows selected by a ``WHERE`` clause written in this module (``at_once``:
+        in one step, for worker threads; see ``dbtypes.in_one_row``)."""
         sql = f"{_MESSAGE_SELECT} WHERE {where} {tail}"
+        if at_once:
+            return unpack_message_rows(self._scalar(in_one_row(sql, PACKED_MESSAGE), params))
         return [MessageRow(i, s, t, load_json(d)) for i, s, t, d in self._rows(sql, params)]
 
     def message(self, message_id: str) -> Message | None:
@@ -284,11 +282,8 @@ class OpenCodeDB:
     def events_after(self, rowid: int, limit: int = 500) -> list[EventRow]:
         if not self._has_table("event"):
             return []
-        rows = self._rows(
-            "SELECT rowid, aggregate_id, type, data FROM event WHERE rowid > ? "
-            "ORDER BY rowid LIMIT ?",
-            (rowid, int(limit)),
-        )
+        sql = "SELECT rowid, aggregate_id, type, data FROM event WHERE rowid > ? ORDER BY rowid"
+        rows = self._rows(f"{sql} LIMIT ?", (rowid, int(limit)))
         return [EventRow(r, a, t, load_json(d)) for r, a, t, d in rows]
 
     def _has_table(self, name: str) -> bool:
@@ -330,11 +325,16 @@ class OpenCodeDB:
         )
         return self.with_parts(rows)
 
+    def next_row(self, message: Message) -> MessageRow | None:
+        """The session's message created right after ``message``, without parts."""
+        key = (message.session_id, to_epoch_ms(message.time_created), message.id)
+        where = "session_id = ? AND (time_created, id) > (?, ?)"
+        rows = self._message_rows(where, key, "ORDER BY time_created, id LIMIT 1")
+        return rows[0] if rows else None
+
     def has_later(self, message: Message) -> bool:
         """Whether any message of the session was created after ``message``."""
-        sql = "SELECT 1 FROM message WHERE session_id = ? AND (time_created, id) > (?, ?) LIMIT 1"
-        key = (message.session_id, to_epoch_ms(message.time_created), message.id)
-        return bool(self._rows(sql, key))
+        return self.next_row(message) is not None
 
     def ids_between(self, session_id: str, start_ms: int, end_ms: int) -> list[str]:
         """Ids of a session's messages created in ``[start_ms, end_ms]`` (index only)."""
@@ -348,12 +348,11 @@ class OpenCodeDB:
     def step_candidates(
         self, cut: datetime | None, rowids: tuple[int, int] | None = None
     ) -> list[MessageRow]:
-        """Assistant rows since ``cut`` (within ``rowids``, if given) whose ``message.data``
-        does not show them healthy (finish ``tool-calls``, or ``stop`` with output, and no
-        error); see ``_UNPROVEN``."""
+        """Assistant rows since ``cut`` (within ``rowids``) that ``message.data`` does not show
+        healthy, whatever its key order (see ``dbtypes.UNPROVEN_STEPS``)."""
         low, high = rowids or (self.first_rowid_since("message", cut), 1 << 62)
         params = (low, high, ms_or_zero(cut))
-        return self._message_rows(_UNPROVEN, params, "ORDER BY rowid")
+        return self._message_rows(UNPROVEN_STEPS, params, "ORDER BY rowid", at_once=True)
 
     def rowid_ranges(self, table: str, cut: datetime | None, size: int) -> list[tuple[int, int]]:
         """``[low, high)`` rowid ranges of ``size`` rows covering ``table``'s rows since ``cut``."""
@@ -361,39 +360,40 @@ class OpenCodeDB:
         high = int(self._scalar(f"SELECT max(rowid) FROM {table}") or 0) + 1
         return [(start, min(start + size, high)) for start in range(low, high, max(1, size))]
 
-    def tool_markup_candidates(self, cut: datetime | None) -> list[MessageRow]:
-        """Assistant rows since ``cut`` with a text part that looks like a tool call."""
-        params = (self.first_rowid_since("part", cut), ms_or_zero(cut))
-        rows = self._rows_by_id([r[0] for r in self._rows(_TOOL_MARKUP, params)])
+    def tool_markup_candidates(
+        self, cut: datetime | None, rowids: tuple[int, int] | None = None
+    ) -> list[MessageRow]:
+        """Assistant rows since ``cut`` with a text part (in ``rowids``) like a tool call."""
+        low, high = rowids or (self.first_rowid_since("part", cut), 1 << 62)
+        params = (low, high, ms_or_zero(cut))
+        found = self._scalar(in_one_row(TOOL_MARKUP_PARTS, ("message_id",)), params)
+        rows = self._rows_by_id([row[0] for row in json.loads(found or "[]")], at_once=True)
         return [r for r in rows if r.data.get("role") == "assistant"]
 
     def errored_rows(self, limit: int = 10) -> list[MessageRow]:
         """The newest assistant rows that carry an error (reads back from the newest row)."""
-        return self._message_rows(_ERRORED, (), f"ORDER BY rowid DESC LIMIT {int(limit)}")
+        return self._message_rows(ERRORED_STEP, (), f"ORDER BY rowid DESC LIMIT {int(limit)}")
 
     def search_errors(self, keyword: str, limit: int = 5) -> list[MessageRow]:
         """The newest assistant rows whose error (name, message, body) contains ``keyword``."""
         pattern = "%" + re.sub(r"([\\%_])", r"\\\1", keyword) + "%"
-        sql = f"{_ERRORED} AND json_extract(data, '$.error') LIKE ? ESCAPE '\\'"
+        sql = f"{ERRORED_STEP} AND json_extract(data, '$.error') LIKE ? ESCAPE '\\'"
         return self._message_rows(sql, (pattern,), f"ORDER BY rowid DESC LIMIT {int(limit)}")
 
     def marker_message_ids(
         self, cut: datetime | None = None, session_id: str | None = None
     ) -> list[str]:
-        """Ids of messages with a part carrying the autoretry marker, oldest first."""
+        """Ids of messages with a part carrying the autoretry marker, oldest first (no SQL
+        DISTINCT: it makes SQLite walk the message_id index and fetch every row by rowid)."""
         if session_id is not None:
-            sql = f"SELECT DISTINCT message_id FROM part WHERE session_id = ? AND {_MARKED}"
-            return sorted(r[0] for r in self._rows(sql, (session_id,)))
-        sql = (
-            "SELECT DISTINCT message_id FROM part WHERE rowid >= ? AND time_created >= ? "
-            f"AND instr(data, '\"{MARKER_KEY}\"') > 0 AND {_MARKED}"
-        )
+            sql = f"SELECT message_id FROM part WHERE session_id = ? AND {MARKED_PART}"
+            return sorted({r[0] for r in self._rows(sql, (session_id,))})
         params = (self.first_rowid_since("part", cut), ms_or_zero(cut))
-        return sorted(r[0] for r in self._rows(sql, params))
+        return sorted({r[0] for r in self._rows(MARKED_PARTS_SINCE, params)})
 
-    def _rows_by_id(self, message_ids: Sequence[str]) -> list[MessageRow]:
+    def _rows_by_id(self, message_ids: Sequence[str], at_once: bool = False) -> list[MessageRow]:
         rows: list[MessageRow] = []
         for chunk in chunks(sorted(set(message_ids))):
-            rows.extend(self._message_rows(f"id IN ({marks(chunk)})", chunk))
+            rows.extend(self._message_rows(f"id IN ({marks(chunk)})", chunk, at_once=at_once))
         rows.sort(key=lambda r: (r.time_created, r.id))
         return rows

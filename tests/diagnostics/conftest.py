@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # exhaustive_db
 
 from opencode_rows import (  # noqa: E402
     BASE_MS,
@@ -162,6 +163,14 @@ def seed(tmp: Path) -> Seeded:
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     found = seed(tmp_path_factory.mktemp("oc"))
+    yield found
+    found.rows.close()  # type: ignore[attr-defined]
+
+
+@pytest.fixture()
+def fresh_seeded(tmp_path: Path) -> Iterator[Seeded]:
+    """The seeded DB, for a test that adds rows of its own."""
+    found = seed(tmp_path)
     yield found
     found.rows.close()  # type: ignore[attr-defined]
 
