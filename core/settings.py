@@ -16,6 +16,8 @@ from typing import Any
 from opencode_autoretry import paths
 
 POLICY_TABLES = ("budgets", "providers", "messages")
+#: Raw tables validated where they are used: ``[repetition.penalties.<provider>]`` (issue 6).
+REPETITION_TABLE = "repetition"
 
 
 class SettingsError(ValueError):
@@ -35,14 +37,16 @@ class Settings:
     runaway_steps: int = 6  # consecutive finish=unknown zero-token steps = runaway
     verbose: bool = False
     policy: Mapping[str, Any] = field(default_factory=dict)  # raw budgets/providers/messages
+    repetition: Mapping[str, Any] = field(default_factory=dict)  # raw [repetition] table
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
+_RAW_TABLES = {"policy", REPETITION_TABLE}
 _POSITIVE = {"poll_interval", "tick_interval", "stall_timeout", "runaway_steps"}
 
 
 def _field_types() -> dict[str, str]:
-    return {f.name: str(f.type) for f in fields(Settings) if f.name != "policy"}
+    return {f.name: str(f.type) for f in fields(Settings) if f.name not in _RAW_TABLES}
 
 
 def _coerce(name: str, raw: object, origin: str) -> object:
@@ -83,10 +87,10 @@ def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
     known = _field_types()
     values: dict[str, object] = {}
     for key, raw in table.items():
-        if key in POLICY_TABLES:
+        if key in POLICY_TABLES or key == REPETITION_TABLE:
             continue
         if key not in known:
-            choices = ", ".join(sorted([*known, *POLICY_TABLES]))
+            choices = ", ".join(sorted([*known, *POLICY_TABLES, REPETITION_TABLE]))
             raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
         values[key] = _coerce(key, raw, origin)
     return values
@@ -116,4 +120,9 @@ def resolve(
         if raw is not None:
             values[key] = _coerce(key, raw, f"--{key.replace('_', '-')}")
     policy = {key: table[key] for key in POLICY_TABLES if key in table}
-    return replace(Settings(), **values, policy=policy)  # type: ignore[arg-type]
+    repetition = table.get(REPETITION_TABLE, {})
+    if not isinstance(repetition, Mapping):
+        raise SettingsError(f"{path}: {REPETITION_TABLE} must be a table")
+    return replace(
+        Settings(), **values, policy=policy, repetition=repetition  # type: ignore[arg-type]
+    )

@@ -56,6 +56,13 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE turns ADD COLUMN first_failure INTEGER;
     ALTER TABLE turns ADD COLUMN handled TEXT NOT NULL DEFAULT '[]';
     """,
+    # 3: history trims of stopped loops, re-sent to every bridge that says hello (issue 6)
+    """
+    CREATE TABLE trims (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, session_id TEXT NOT NULL,
+        message_id TEXT NOT NULL, part_id TEXT NOT NULL UNIQUE, keep_chars INTEGER NOT NULL,
+        excerpt TEXT, decision_id INTEGER); CREATE INDEX trims_session ON trims (session_id, id);
+    """,
 )
 
 
@@ -98,6 +105,20 @@ class InjectionRecord:
 
 
 @dataclass(frozen=True)
+class TrimRecord:
+    """A part whose repeated tail is kept out of the model's context (sent as a ``trim``)."""
+
+    id: int
+    at: datetime
+    session_id: str
+    message_id: str
+    part_id: str
+    keep_chars: int
+    excerpt: str | None
+    decision_id: int | None
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     at: datetime
     pid: int
@@ -126,6 +147,10 @@ def _injection_from_row(row: Mapping[str, Any]) -> InjectionRecord:
         sent_at=from_epoch_ms(row["sent_at"]), confirmed_at=from_epoch_ms(row["confirmed_at"]),
         message_id=row["message_id"], error=row["error"],
     )
+
+
+def _trim_from_row(row: Mapping[str, Any]) -> TrimRecord:
+    return TrimRecord(**{**dict(row), "at": from_epoch_ms(row["at"])})
 
 
 def _ledger_from_row(row: Mapping[str, Any]) -> TurnLedger:
@@ -173,6 +198,11 @@ class _Reader:
         self, session_id: str | None = None, since: datetime | None = None
     ) -> list[InjectionRecord]:
         return self._filtered("injections", "created", session_id, since, _injection_from_row)
+
+    def trims(
+        self, session_id: str | None = None, since: datetime | None = None
+    ) -> list[TrimRecord]:
+        return self._filtered("trims", "at", session_id, since, _trim_from_row)
 
     def ledgers(self, session_id: str | None = None) -> list[TurnLedger]:
         if session_id is None:
@@ -323,6 +353,16 @@ class Store(_Reader):
     def mark_cancelled(self, injection_id: int, at: datetime, reason: str) -> None:
         self._move(injection_id, "cancelled", "confirmed_at = ?, error = ?",
                    (to_epoch_ms(at), reason))
+
+    def record_trim(self, session_id: str, message_id: str, part_id: str, keep_chars: int,
+                    at: datetime, excerpt: str | None = None,
+                    decision_id: int | None = None) -> int:
+        """One trim per part: a second one for the same part (a replay) replaces the first."""
+        return self._write(
+            "INSERT OR REPLACE INTO trims (at, session_id, message_id, part_id, keep_chars, "
+            "excerpt, decision_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (to_epoch_ms(at), session_id, message_id, part_id, keep_chars, excerpt, decision_id),
+        )
 
     def set_enabled(self, on: bool, at: datetime, session_id: str | None = None) -> None:
         self._write(

@@ -36,6 +36,7 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
     BUSY,
@@ -97,6 +98,7 @@ class Loop:
         self.actions = Actions(store, bridge, self.db, timers, self.sessions)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
+        self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
@@ -149,6 +151,7 @@ class Loop:
             log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
                      item.hello.directory)
             self.recovery.adopt(item.conn_id, item.hello.pid, now)
+            self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
             self.bridges.pop(item.conn_id, None)
             for view in self.sessions.drop_owner(item.conn_id):
@@ -218,6 +221,7 @@ class Loop:
         self.actions.cancel_open(chat.session_id, now, reason)
         view.unknown_steps.clear()
         view.runaway_acted.clear()
+        self.repetition.new_turn(chat.session_id)
         if chat.message_id:
             self.store.set_current_turn(chat.session_id, chat.message_id, now)
 
@@ -231,6 +235,7 @@ class Loop:
         log.debug("%s %s %s", conn_id, kind, session_id)
         if kind in _PROGRESS:
             view.last_activity = now
+        self.repetition.on_event(view, kind, props, now)
         if kind == "session.status":
             status = props.get("status")
             self._on_status(view, status if isinstance(status, Mapping) else {}, now)

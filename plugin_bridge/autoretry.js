@@ -2,209 +2,27 @@
 //
 // It runs inside every OpenCode process, connects to the autoretry daemon over a Unix socket,
 // streams the bus events the daemon needs and executes the daemon's requests (prompt, abort,
-// toast, log) through the in-process `client`. It must never slow down, block or crash
-// OpenCode: every error is caught, nothing is printed, the send queue is bounded, and with
-// no daemon it only retries the connection with backoff (0.5 s -> 30 s).
+// toast, log, trim, config) through the in-process `client` and its hooks: a `trim` keeps a
+// stopped loop out of the model's later context (experimental.chat.messages.transform), a
+// `config` may add sampling penalties per provider (chat.params; none by default).
+// It must never slow down, block or crash OpenCode: every error is caught, nothing is
+// printed, the send queue is bounded, and with no daemon it only retries the connection with
+// backoff (0.5 s -> 30 s).
 //
 // OpenCode 1.18 loads a file whose default export is `{id, server}` through `server()` only,
 // so the named exports below (pure helpers, used by the node --test suite) are not plugins.
 import net from "node:net"
-import os from "node:os"
-import path from "node:path"
 
-export const PROTOCOL_VERSION = 1
-export const BRIDGE_VERSION = "0.1.0"
-export const MAX_LINE_BYTES = 1024 * 1024
-export const QUEUE_LIMIT = 8 * 1024 * 1024 // chars of queued lines (~8 MB)
-export const TOOL_OUTPUT_KEEP = 2000
-export const TEXT_KEEP = 500
-export const WRITE_BATCH = 256 * 1024 // chars per socket write
-export const COMMAND_TIMEOUT_MS = 1000
-export const REQUEST_TIMEOUT_MS = 10000
-export const FORWARDED_EVENTS = new Set([
-  "session.status", "session.idle", "session.error", "session.created", "session.updated",
-  "session.deleted", "message.updated", "message.part.updated", "message.part.delta",
-  "permission.asked", "permission.replied", "command.executed", "todo.updated",
-  "session.compacted",
-])
+import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./autoretry/history.js"
+import {
+  BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
+  processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath, trimEvent,
+  WRITE_BATCH, backoffDelay, chatMessageFields,
+} from "./autoretry/wire.js"
 
-// Same table as plugin_bridge/protocol.py SCHEMA ("?" = optional / nullable).
-export const SCHEMA = {
-  hello: { pid: "int", directory: "str", project: "str?", opencode: "str?", bridge: "str?", server_url: "str?" },
-  event: { t: "int", event: "obj" },
-  "chat.message": { t: "int", session_id: "str", message_id: "str?", agent: "str?", model: "obj?", variant: "str?", marker: "obj?", synthetic: "bool?", text: "str?", command: "bool?" },
-  command: { id: "str", session_id: "str?", name: "str", arguments: "str?" },
-  ack: { id: "str", ok: "bool", error: "str?", result: "obj?" },
-  stats: { dropped: "int", queued: "int", sent: "int?", reconnects: "int?", unknown: "int?" },
-  welcome: { daemon: "str" },
-  prompt: { id: "str", session_id: "str", text: "str", agent: "str?", model: "obj?", variant: "str?", marker: "obj?" },
-  abort: { id: "str", session_id: "str" },
-  toast: { id: "str?", title: "str?", message: "str", variant: "str?", duration: "int?" },
-  log: { id: "str?", level: "str", message: "str", extra: "obj?" },
-  reply: { id: "str", ok: "bool", title: "str?", message: "str", variant: "str?" },
-  trim: { id: "str?", session_id: "str", message_id: "str", part_id: "str", keep_chars: "int" },
-}
-
-export class ProtocolError extends Error {
-  constructor(reason, detail) {
-    super(`${reason}: ${detail}`)
-    this.reason = reason
-  }
-}
-
-function kindOk(kind, value) {
-  if (kind === "str") return typeof value === "string"
-  if (kind === "int") return Number.isInteger(value)
-  if (kind === "num") return typeof value === "number" && Number.isFinite(value)
-  if (kind === "bool") return typeof value === "boolean"
-  return value !== null && typeof value === "object" && !Array.isArray(value)
-}
-
-export function validate(obj) {
-  if (obj === null || typeof obj !== "object" || Array.isArray(obj))
-    throw new ProtocolError("not_object", "expected a JSON object")
-  if (obj.v !== PROTOCOL_VERSION) throw new ProtocolError("bad_version", `v must be ${PROTOCOL_VERSION}`)
-  if (typeof obj.type !== "string" || obj.type === "") throw new ProtocolError("bad_type", "type must be a non-empty string")
-  for (const [name, spec] of Object.entries(SCHEMA[obj.type] ?? {})) {
-    const optional = spec.endsWith("?")
-    const value = obj[name]
-    if (value === undefined || value === null) {
-      if (!optional) throw new ProtocolError("missing_field", `${obj.type}: ${name} is required`)
-      continue
-    }
-    if (!kindOk(spec.replace("?", ""), value)) throw new ProtocolError("bad_field", `${obj.type}: ${name}`)
-  }
-  return obj
-}
-
-export function parseLine(line) {
-  if (Buffer.byteLength(line, "utf8") > MAX_LINE_BYTES) throw new ProtocolError("too_long", "line over 1 MiB")
-  let obj
-  try {
-    obj = JSON.parse(line)
-  } catch (err) {
-    throw new ProtocolError("bad_json", String(err?.message ?? err))
-  }
-  return validate(obj)
-}
-
-export function encodeMessage(type, fields) {
-  return JSON.stringify({ v: PROTOCOL_VERSION, type, ...fields }) + "\n"
-}
-
-// Where the daemon listens; mirrors opencode_autoretry.paths.socket_path().
-export function socketPath(env = process.env, home = os.homedir()) {
-  if (env.AUTORETRY_SOCKET) return env.AUTORETRY_SOCKET.replace(/^~(?=\/|$)/, home)
-  if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "opencode-autoretry", "daemon.sock")
-  if (env.AUTORETRY_HOME) return path.join(env.AUTORETRY_HOME.replace(/^~(?=\/|$)/, home), "daemon.sock")
-  const data = env.XDG_DATA_HOME || path.join(home, ".local", "share")
-  return path.join(data, "opencode-autoretry", "daemon.sock")
-}
-
-// The plugin's serverUrl is a bogus http://localhost:4096/ unless the process really listens.
-export function processListens(argv = process.argv) {
-  return argv.some((a) => a === "serve" || a === "web" || a.startsWith("--port") || a.startsWith("--hostname"))
-}
-
-export function backoffDelay(attempt) {
-  return Math.min(30000, 500 * 2 ** Math.max(0, attempt))
-}
-
-function cut(text, keep) {
-  if (typeof text !== "string" || text.length <= keep) return text
-  return `${text.slice(0, keep)}…[autoretry trimmed ${text.length - keep} chars]`
-}
-
-// Tool outputs can be megabytes; the daemon needs their state, not their bytes.
-export function trimEvent(event) {
-  const part = event?.properties?.part
-  if (event?.type !== "message.part.updated" || part?.type !== "tool" || !part.state) return event
-  const state = { ...part.state }
-  if (typeof state.output === "string") state.output = cut(state.output, TOOL_OUTPUT_KEEP)
-  if (state.metadata && typeof state.metadata === "object") {
-    state.metadata = { ...state.metadata }
-    if (typeof state.metadata.output === "string") state.metadata.output = cut(state.metadata.output, TOOL_OUTPUT_KEEP)
-  }
-  return { ...event, properties: { ...event.properties, part: { ...part, state } } }
-}
-
-export function chatMessageFields(input, output, now = Date.now()) {
-  const parts = Array.isArray(output?.parts) ? output.parts : []
-  const text = parts.find((p) => p?.type === "text") ?? null
-  const body = typeof text?.text === "string" ? text.text : ""
-  const marker = text?.metadata?.autoretry
-  return {
-    t: now,
-    session_id: String(input?.sessionID ?? output?.message?.sessionID ?? ""),
-    message_id: input?.messageID ?? output?.message?.id ?? null,
-    agent: input?.agent ?? output?.message?.agent ?? null,
-    model: input?.model ?? output?.message?.model ?? null,
-    variant: input?.variant ?? null,
-    marker: marker && typeof marker === "object" ? marker : null,
-    synthetic: Boolean(text?.synthetic),
-    text: body.slice(0, TEXT_KEEP),
-    command: /^\s*\/autoretry(\s|$)/.test(body),
-  }
-}
-
-export function promptBody(req) {
-  const marker = req.marker && typeof req.marker === "object" ? req.marker : {}
-  const body = { parts: [{ type: "text", text: req.text, metadata: { autoretry: marker } }] }
-  if (req.agent) body.agent = req.agent
-  if (req.model) body.model = req.model
-  if (req.variant) body.variant = req.variant
-  return body
-}
-
-// Bounded FIFO of encoded lines (by size, in UTF-16 units ~ bytes): when full, drop the
-// oldest delta, then the oldest event; control lines (hello, acks, commands) go last.
-export class SendQueue {
-  constructor(limit = QUEUE_LIMIT) {
-    this.limit = limit
-    this.items = []
-    this.size = 0
-    this.dropped = 0
-  }
-  push(line, kind) {
-    while (this.size + line.length > this.limit) {
-      if (!this.evict(kind)) {
-        this.dropped += 1
-        return false
-      }
-    }
-    this.items.push({ line, kind })
-    this.size += line.length
-    return true
-  }
-  unshift(line, kind) {
-    this.items.unshift({ line, kind })
-    this.size += line.length
-  }
-  evict(incoming) {
-    for (const victim of ["delta", "event"]) {
-      const index = this.items.findIndex((item) => item.kind === victim)
-      if (index >= 0) {
-        this.size -= this.items.splice(index, 1)[0].line.length
-        this.dropped += 1
-        return true
-      }
-      if (incoming === victim) return false
-    }
-    return false
-  }
-  shift() {
-    const item = this.items.shift()
-    if (item) this.size -= item.line.length
-    return item
-  }
-  clear() {
-    this.items = []
-    this.size = 0
-  }
-  get length() {
-    return this.items.length
-  }
-}
+// Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
+export * from "./autoretry/history.js"
+export * from "./autoretry/wire.js"
 
 // AUTORETRY_BRIDGE_STATS_MS lets tests see stats without waiting 15 s.
 function statsInterval(options, env = process.env) {
@@ -263,6 +81,8 @@ export class Bridge {
     this.flushPending = false
     this.version = null
     this.timer = null
+    this.trims = new TrimBook(options.trimLimit)
+    this.penalties = {}
     this.statsTimer = setInterval(() => this.sendStats(), statsInterval(options))
     this.statsTimer.unref?.()
   }
@@ -416,6 +236,11 @@ export class Bridge {
 
   async handle(msg) {
     if (msg.type === "welcome") return
+    if (msg.type === "config") {
+      this.penalties = normalisePenalties(msg.penalties)
+      if (msg.id) this.ack(msg.id, true, null, { providers: Object.keys(this.penalties) })
+      return
+    }
     if (msg.type === "reply") {
       const waiter = this.pending.get(msg.id)
       if (waiter) waiter(msg)
@@ -425,6 +250,7 @@ export class Bridge {
       prompt: () => this.doPrompt(msg),
       abort: () => this.client.session.abort({ path: { id: msg.session_id } }),
       toast: () => this.toast(msg),
+      trim: () => this.addTrim(msg),
       log: () => this.client.app.log({ body: { service: "autoretry", level: msg.level, message: msg.message, extra: msg.extra ?? {} } }),
     }[msg.type]
     if (!run) {
@@ -439,6 +265,11 @@ export class Bridge {
     } catch (err) {
       if (msg.id) this.ack(msg.id, false, String(err?.message ?? err))
     }
+  }
+
+  addTrim(msg) {
+    if (!this.trims.add(msg)) throw new Error("bad trim")
+    return { result: { trims: this.trims.size } }
   }
 
   ack(id, ok, error, result = null) {
@@ -546,6 +377,17 @@ export const AutoretryBridge = async (input) => {
       if (hookInput?.command !== "autoretry") return
       await handleAutoretryCommand(bridge, hookInput)
       throw new Error(HANDLED_MESSAGE)
+    },
+    // Runs before every LLM step; the DB (and so the TUI) keeps the full text.
+    "experimental.chat.messages.transform": async (_hookInput, output) => {
+      try {
+        applyTrims(output?.messages, bridge.trims)
+      } catch {}
+    },
+    "chat.params": async (hookInput, output) => {
+      try {
+        applyPenalties(hookInput, output, bridge.penalties)
+      } catch {}
     },
     dispose: async () => {
       try {

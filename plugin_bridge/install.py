@@ -1,11 +1,17 @@
 """Installs the bridge plugin and the ``/autoretry`` command file into OpenCode's config dir.
 
 Idempotent. A command file the user edited is never overwritten without ``force``; the plugin
-file is replaced only when it is ours (its first line names the bridge) or with ``force``.
+files are replaced only when they are ours (their first line names the bridge) or with ``force``.
+
+The plugin is ``plugins/autoretry.js`` plus its pure helper modules in ``plugins/autoretry/``:
+OpenCode 1.18 loads ``{plugin,plugins}/*.{ts,js}`` one level deep (its glob has no ``**``), so
+the helpers are imported by the plugin but never loaded as plugins themselves. They are written
+before the plugin and removed after it, so a running OpenCode never imports a missing helper.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -43,19 +49,27 @@ CHANGED = frozenset({Action.INSTALLED, Action.UPDATED, Action.REPLACED})
 
 @dataclass(frozen=True)
 class ShippedFile:
-    name: str
+    name: str  # path below the package (and below ``subdir``), "/"-separated
     subdir: str  # below OpenCode's config dir
+    signed: bool = False  # ours when its first line is PLUGIN_SIGNATURE
 
     def target(self, config_dir: Path) -> Path:
-        return config_dir / self.subdir / self.name
+        return config_dir / self.subdir / Path(*self.name.split("/"))
 
     def content(self) -> bytes:
-        return resources.files("opencode_autoretry.plugin_bridge").joinpath(self.name).read_bytes()
+        source = resources.files("opencode_autoretry.plugin_bridge")
+        return source.joinpath(*self.name.split("/")).read_bytes()
 
 
-PLUGIN = ShippedFile(PLUGIN_NAME, "plugins")
+PLUGIN = ShippedFile(PLUGIN_NAME, "plugins", signed=True)
+HELPERS = (
+    ShippedFile("autoretry/wire.js", "plugins", signed=True),
+    ShippedFile("autoretry/history.js", "plugins", signed=True),
+)
 COMMAND = ShippedFile(COMMAND_NAME, "command")
-SHIPPED = (PLUGIN, COMMAND)
+#: Install order: the helpers before the plugin that imports them.
+SHIPPED = (*HELPERS, PLUGIN, COMMAND)
+HELPER_DIR = "plugins/autoretry"
 
 
 @dataclass(frozen=True)
@@ -76,7 +90,7 @@ def _state(file: ShippedFile, existing: bytes | None) -> FileState:
         return FileState.MISSING
     if existing == file.content():
         return FileState.CURRENT
-    if file is PLUGIN and existing.startswith(PLUGIN_SIGNATURE):
+    if file.signed and existing.startswith(PLUGIN_SIGNATURE):
         return FileState.OUTDATED
     if file is COMMAND and hashlib.sha256(existing).hexdigest() in PREVIOUS_COMMAND_SHA256:
         return FileState.OUTDATED
@@ -127,8 +141,10 @@ def install(config_dir: Path, force: bool = False) -> list[Step]:
 
 
 def uninstall(config_dir: Path, force: bool = False) -> list[Step]:
+    """Removes in reverse install order (the plugin before its helpers); returns the steps
+    in that order."""
     steps = []
-    for current in status(config_dir):
+    for current in reversed(status(config_dir)):
         if current.state is FileState.MISSING:
             steps.append(Step(current.target, Action.ABSENT))
         elif current.state is FileState.CUSTOMISED and not force:
@@ -136,7 +152,13 @@ def uninstall(config_dir: Path, force: bool = False) -> list[Step]:
         else:
             current.target.unlink()
             steps.append(Step(current.target, Action.REMOVED))
+    _remove_if_empty(config_dir / HELPER_DIR)
     return steps
+
+
+def _remove_if_empty(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # missing, or holds something that is not ours
+        directory.rmdir()
 
 
 def duplicate_plugins(config_dir: Path) -> list[Path]:

@@ -77,10 +77,15 @@ SCHEMA: dict[str, dict[str, str]] = {
         "message_id": "str",
         "part_id": "str",
         "keep_chars": "int",
+        "excerpt": "str?",
     },
+    # issue 6: sent by the daemon after a hello (and again when its settings change)
+    "config": {"id": "str?", "penalties": "obj?"},
 }
 BRIDGE_TYPES = frozenset({"hello", "event", "chat.message", "command", "ack", "stats"})
-DAEMON_TYPES = frozenset({"welcome", "prompt", "abort", "toast", "log", "reply", "trim"})
+DAEMON_TYPES = frozenset(
+    {"welcome", "prompt", "abort", "toast", "log", "reply", "trim", "config"}
+)
 
 
 class ProtocolError(ValueError):
@@ -252,14 +257,28 @@ class Reply:
 
 @dataclass(frozen=True)
 class Trim:
+    """Keep only the first ``keep_chars`` chars of a part in what the model is sent on later
+    steps (the TUI and OpenCode's DB keep the full text). ``excerpt`` is the repeated block
+    ending at ``keep_chars``; the bridge uses it to check (and, if need be, find) the cut."""
+
     session_id: str
     message_id: str
     part_id: str
     keep_chars: int
     id: str | None = None
+    excerpt: str | None = None
 
 
-DaemonOutbound = Welcome | Prompt | Abort | Toast | Log | Reply | Trim
+@dataclass(frozen=True)
+class Config:
+    """Bridge settings from the daemon. ``penalties``: provider id -> sampling options the
+    bridge adds in ``chat.params`` (e.g. ``{"frequency_penalty": 0.3}``); empty = none."""
+
+    id: str | None = None
+    penalties: Mapping[str, Any] | None = None
+
+
+DaemonOutbound = Welcome | Prompt | Abort | Toast | Log | Reply | Trim | Config
 
 _CLASSES: dict[str, type] = {
     "hello": Hello,
@@ -275,6 +294,7 @@ _CLASSES: dict[str, type] = {
     "log": Log,
     "reply": Reply,
     "trim": Trim,
+    "config": Config,
 }
 _TYPE_OF = {cls: name for name, cls in _CLASSES.items()}
 

@@ -28,42 +28,73 @@ def write(path: Path, data: bytes) -> None:
 def test_shipped_files_are_the_ones_in_the_checkout():
     here = Path(__file__).parent.parent / "plugin_bridge"
     assert (here / "autoretry.js").read_bytes() == SHIPPED_JS
+    for helper in install.HELPERS:
+        assert (here / helper.name).read_bytes() == helper.content()
     assert (here / "autoretry.md").read_bytes() == SHIPPED_MD
     assert SHIPPED_JS.startswith(install.PLUGIN_SIGNATURE)
     assert b"$ARGUMENTS" in SHIPPED_MD
 
 
+HELPER_TARGETS = ["plugins/autoretry/wire.js", "plugins/autoretry/history.js"]
+NEW, C, U, K, R = (Action.INSTALLED, Action.UNCHANGED, Action.UPDATED, Action.KEPT, Action.REPLACED)
+
+
 @pytest.mark.parametrize(
     ("plugin", "command", "force", "expected"),
     [
-        (None, None, False, [Action.INSTALLED, Action.INSTALLED]),
-        (SHIPPED_JS, SHIPPED_MD, False, [Action.UNCHANGED, Action.UNCHANGED]),
-        (
-            b"// opencode-autoretry bridge v0\n",
-            SHIPPED_MD,
-            False,
-            [Action.UPDATED, Action.UNCHANGED],
-        ),
-        (b"export default {}\n", b"my own\n", False, [Action.KEPT, Action.KEPT]),
-        (b"export default {}\n", b"my own\n", True, [Action.REPLACED, Action.REPLACED]),
+        (None, None, False, [NEW, NEW, NEW, NEW]),
+        (SHIPPED_JS, SHIPPED_MD, False, [C, C, C, C]),
+        (b"// opencode-autoretry bridge v0\n", SHIPPED_MD, False, [C, C, U, C]),
+        (b"export default {}\n", b"my own\n", False, [C, C, K, K]),
+        (b"export default {}\n", b"my own\n", True, [C, C, R, R]),
     ],
 )
 def test_install(tmp_path, plugin, command, force, expected):
-    if plugin is not None:
+    if plugin is not None:  # an earlier install: the helpers are there and current
+        for helper in install.HELPERS:
+            write(helper.target(tmp_path), helper.content())
         write(PLUGIN.target(tmp_path), plugin)
     if command is not None:
         write(COMMAND.target(tmp_path), command)
     steps = install.install(tmp_path, force=force)
     assert [s.action for s in steps] == expected
     assert [s.target for s in steps] == [
+        *(tmp_path / t for t in HELPER_TARGETS),
         tmp_path / "plugins/autoretry.js",
         tmp_path / "command/autoretry.md",
-    ]
+    ], "helpers first: the plugin must never import a helper that is not there yet"
     kept = {s.target for s in steps if s.action is Action.KEPT}
-    for file in (PLUGIN, COMMAND):
+    for file in install.SHIPPED:
         if file.target(tmp_path) not in kept:
             assert file.target(tmp_path).read_bytes() == file.content()
     assert not list(tmp_path.rglob(".*.tmp-*")), "no temporary file left behind"
+
+
+@pytest.mark.parametrize(
+    ("existing", "force", "expected"),
+    [
+        (b"// opencode-autoretry bridge: wire helpers v0\n", False, Action.UPDATED),
+        (b"export const mine = 1\n", False, Action.KEPT),
+        (b"export const mine = 1\n", True, Action.REPLACED),
+    ],
+)
+def test_helper_modules_follow_the_plugin_rules(tmp_path, existing, force, expected):
+    helper = install.HELPERS[0]
+    write(helper.target(tmp_path), existing)
+    assert install.install(tmp_path, force=force)[0].action is expected
+
+
+def test_helpers_live_where_opencode_does_not_load_plugins(tmp_path):
+    """OpenCode 1.18 loads ``{plugin,plugins}/*.{ts,js}`` (one level): only our plugin file
+    may match that glob; the helpers sit one folder below it."""
+    install.install(tmp_path)
+    loaded = sorted(p.relative_to(tmp_path) for p in tmp_path.glob("plugins/*.js"))
+    assert loaded == [Path("plugins/autoretry.js")]
+    for helper in install.HELPERS:
+        assert helper.target(tmp_path).parent == tmp_path / "plugins" / "autoretry"
+        assert helper.content().startswith(install.PLUGIN_SIGNATURE)
+        name = helper.name.split("/")[-1]
+        assert f'from "./autoretry/{name}"'.encode() in SHIPPED_JS, f"the plugin imports {name}"
 
 
 def test_a_previously_shipped_command_file_counts_as_outdated(tmp_path, monkeypatch):
@@ -73,24 +104,36 @@ def test_a_previously_shipped_command_file_counts_as_outdated(tmp_path, monkeypa
     )
     write(COMMAND.target(tmp_path), old)
     assert install.file_status(COMMAND, tmp_path).state is FileState.OUTDATED
-    assert install.install(tmp_path)[1].action is Action.UPDATED
+    assert install.install(tmp_path)[-1].action is Action.UPDATED
 
 
 @pytest.mark.parametrize(
     ("command", "force", "expected", "left"),
     [
-        (SHIPPED_MD, False, [Action.REMOVED, Action.REMOVED], False),
-        (b"my own\n", False, [Action.REMOVED, Action.KEPT], True),
-        (b"my own\n", True, [Action.REMOVED, Action.REMOVED], False),
+        (SHIPPED_MD, False, [Action.REMOVED] * 4, False),
+        (b"my own\n", False, [Action.KEPT, *[Action.REMOVED] * 3], True),
+        (b"my own\n", True, [Action.REMOVED] * 4, False),
     ],
 )
 def test_uninstall(tmp_path, command, force, expected, left):
     install.install(tmp_path)
     write(COMMAND.target(tmp_path), command)
-    assert [s.action for s in install.uninstall(tmp_path, force=force)] == expected
+    steps = install.uninstall(tmp_path, force=force)
+    assert [s.action for s in steps] == expected
+    assert [s.target for s in steps][1:] == [
+        tmp_path / "plugins/autoretry.js", *(tmp_path / t for t in reversed(HELPER_TARGETS))
+    ], "the plugin goes before the helpers it imports"
     assert not PLUGIN.target(tmp_path).exists()
+    assert not (tmp_path / "plugins" / "autoretry").exists(), "the emptied helper folder too"
     assert COMMAND.target(tmp_path).exists() == left
-    assert [s.action for s in install.uninstall(tmp_path)][0] is Action.ABSENT
+    assert [s.action for s in install.uninstall(tmp_path)][-1] is Action.ABSENT
+
+
+def test_uninstall_leaves_a_helper_folder_holding_something_else(tmp_path):
+    install.install(tmp_path)
+    write(tmp_path / "plugins" / "autoretry" / "notes.txt", b"mine")
+    install.uninstall(tmp_path)
+    assert (tmp_path / "plugins" / "autoretry" / "notes.txt").read_bytes() == b"mine"
 
 
 def test_duplicate_plugin_in_the_singular_folder_is_reported(tmp_path):
@@ -129,15 +172,17 @@ def test_cli_install_status_uninstall(tmp_path, short_dir, monkeypatch):
     removed = runner.invoke(main, ["bridge", "uninstall", *config])
 
     assert first.exit_code == 0, first.output
-    assert first.output.count("installed") == 2 and "Restart" in first.output
-    assert again.output.count("unchanged") == 2 and "Restart" not in again.output
+    assert first.output.count("installed") == 4 and "Restart" in first.output
+    assert again.output.count("unchanged") == 4 and "Restart" not in again.output
     report = json.loads(status.output)
     assert {k: v["state"] for k, v in report["files"].items()} == {
+        "autoretry/wire.js": "current",
+        "autoretry/history.js": "current",
         "autoretry.js": "current",
         "autoretry.md": "current",
     }
     assert (report["daemon_alive"], report["socket"]) == (False, str(short_dir / "none.sock"))
-    assert removed.output.count("removed") == 2
+    assert removed.output.count("removed") == 4
 
 
 def test_cli_default_config_dir_follows_xdg(tmp_path, monkeypatch):
@@ -145,4 +190,5 @@ def test_cli_default_config_dir_follows_xdg(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["bridge", "install"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "opencode" / "plugins" / "autoretry.js").exists()
+    assert (tmp_path / "opencode" / "plugins" / "autoretry" / "wire.js").exists()
     assert (tmp_path / "opencode" / "command" / "autoretry.md").exists()

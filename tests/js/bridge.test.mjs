@@ -118,7 +118,7 @@ test("says hello first, then forwards events and acks requests", async () => {
     }
     assert.deepEqual(acks, {
       "r-1": "ok", "r-2": "child session", "r-3": "unreadable", "r-4": "unreadable", "r-5": "ok",
-      "r-6": "ok", "r-7": "ok", "r-8": "unsupported request: trim", "r-9": "unsupported request: mystery",
+      "r-6": "ok", "r-7": "ok", "r-8": "ok", "r-9": "unsupported request: mystery",
     })
     const prompts = client.calls.filter(([name]) => name === "promptAsync")
     assert.equal(prompts.length, 1, "only the root session is prompted")
@@ -217,6 +217,45 @@ test("garbage from the daemon is counted, never thrown", async () => {
     assert.equal(stats.dropped, 0)
   } finally {
     bridge.close()
+    await daemon.close()
+  }
+})
+
+test("trim and config from the daemon reach the transform and chat.params hooks", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const previous = process.env.AUTORETRY_SOCKET
+  process.env.AUTORETRY_SOCKET = daemon.path
+  const hooks = await AutoretryBridge(input(fakeClient()))
+  process.env.AUTORETRY_SOCKET = previous ?? ""
+  const loop = "again and again. "
+  const messages = () => [{ info: { id: "msg_a", role: "assistant" }, parts: [{ id: "prt_a", type: "text", text: `Hi. ${loop.repeat(30)}` }] }]
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    const untouched = { messages: messages() }
+    await hooks["experimental.chat.messages.transform"]({}, untouched)
+    assert.equal(untouched.messages[0].parts[0].text, `Hi. ${loop.repeat(30)}`, "no trim yet")
+
+    daemon.write({ type: "trim", id: "r-1", session_id: "ses_a", message_id: "msg_a", part_id: "prt_a", keep_chars: 4 + loop.length, excerpt: loop })
+    daemon.write({ type: "trim", id: "r-2", session_id: "ses_a", message_id: "msg_a", part_id: "prt_b", keep_chars: -3 })
+    daemon.write({ type: "config", id: "r-3", penalties: { fake: { frequency_penalty: 0.4 } } })
+    const acks = {}
+    for (const id of ["r-1", "r-2", "r-3"]) {
+      const ack = await daemon.waitFor((l) => l.type === "ack" && l.id === id, `ack ${id}`)
+      acks[id] = ack.ok ? ack.result : ack.error
+    }
+    assert.deepEqual(acks, { "r-1": { trims: 1 }, "r-2": "bad trim", "r-3": { providers: ["fake"] } })
+
+    const trimmed = { messages: messages() }
+    await hooks["experimental.chat.messages.transform"]({}, trimmed)
+    assert.equal(trimmed.messages[0].parts[0].text, `Hi. ${loop}[autoretry: repeated text trimmed]`)
+    const params = { temperature: 0, options: {} }
+    await hooks["chat.params"]({ sessionID: "ses_a", model: { providerID: "fake" } }, params)
+    assert.deepEqual(params.options, { frequency_penalty: 0.4 })
+    await hooks["chat.params"]({}, null) // a malformed call never throws into OpenCode
+    await hooks["experimental.chat.messages.transform"]({}, null)
+  } finally {
+    await hooks.dispose()
     await daemon.close()
   }
 })
