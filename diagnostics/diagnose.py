@@ -18,10 +18,14 @@ it never waits for the GIL) while this thread classifies the batches already rea
                "finish": str|null, "tokens": {input, output, reasoning, cache_read,
                cache_write}, "error": str|null, "reason": str}]}},   # every abnormal kind
      "injections": {"count": int, "by_state": {"<state>": int}},
-     "ownerless_sessions": [session_id]}
+     "ownerless_sessions": [session_id],
+     "repetition_stops": {"count": int, "rows": [{"time": ISO, "session_id",
+        "message_id": str|null, "turn_id": str|null, "decision_id": int, "action",
+        "taken": "reminded"|"replanned"|"stopped"|"skipped", "reason": str,  # the detector's
+        "trimmed": bool, "keep_chars": int|null}]}}   # added in issue 6; oldest first
 
-``rows`` hold the newest ``--limit`` findings of each kind (all with ``--limit 0``); ``count``
-is always the full number. Times are UTC ISO 8601.
+``rows`` hold the newest ``--limit`` findings of each kind and repetition stops (all with
+``--limit 0``); ``count`` is always the full number. Times are UTC ISO 8601.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import (
@@ -47,6 +51,12 @@ from opencode_autoretry.diagnostics.render import (
     short_id,
     tokens_json,
     tokens_text,
+)
+from opencode_autoretry.diagnostics.repetition_view import (
+    RepetitionStop,
+    repetition_stops,
+    stop_json,
+    stop_line,
 )
 from opencode_autoretry.diagnostics.steps import (
     ABNORMAL_KINDS,
@@ -81,6 +91,7 @@ class DiagnoseReport:
     findings: Mapping[Kind, tuple[ClassifiedStep, ...]]
     injections: Mapping[str, int]
     ownerless: tuple[str, ...]
+    repetition: tuple[RepetitionStop, ...] = ()
 
 
 def window_start(now: datetime, days: int) -> datetime | None:
@@ -213,6 +224,9 @@ def build_diagnose(
         findings=_group(found),
         injections=dict(Counter(i.state for i in injections)),
         ownerless=tuple(records.ownerless_sessions()),
+        repetition=tuple(
+            s for s in repetition_stops(records) if since is None or s.decision.at >= since
+        ),
     )
 
 
@@ -229,7 +243,10 @@ def _row_json(item: ClassifiedStep) -> dict[str, Any]:
     }
 
 
-def _newest(items: tuple[ClassifiedStep, ...], limit: int) -> tuple[ClassifiedStep, ...]:
+Row = TypeVar("Row")
+
+
+def _newest(items: tuple[Row, ...], limit: int) -> tuple[Row, ...]:
     return items if limit <= 0 else items[-limit:]
 
 
@@ -263,6 +280,10 @@ def diagnose_json(report: DiagnoseReport, limit: int = 20) -> str:
             "by_state": dict(sorted(report.injections.items())),
         },
         "ownerless_sessions": list(report.ownerless),
+        "repetition_stops": {
+            "count": len(report.repetition),
+            "rows": [stop_json(s) for s in _newest(report.repetition, limit)],
+        },
     }
     return dump_json("diagnose", body)
 
@@ -328,4 +349,17 @@ def render_diagnose(report: DiagnoseReport, style: Style, limit: int = 20) -> st
         lines.extend(f"  {sid}" for sid in report.ownerless)
     else:
         lines.append(f"Sessions with no live owner: {style.good(OK + ' none')}")
+    lines.extend(_repetition_lines(report.repetition, style, limit))
     return "\n".join(lines)
+
+
+def _repetition_lines(stops: tuple[RepetitionStop, ...], style: Style, limit: int) -> list[str]:
+    if not stops:
+        return [f"Repetition stops: {style.good(OK + ' none')}"]
+    lines = [f"Repetition stops: {style.warn(f'{WARN} {len(stops)}')}"]
+    for stop in _newest(stops, limit):
+        lines.append(stop_line(stop, style))
+        lines.append(f"      {style.dim(stop.detector_reason)}")
+    if 0 < limit < len(stops):
+        lines.append(style.dim(f"  … {len(stops) - limit} older (use --limit 0 for all)"))
+    return lines

@@ -11,7 +11,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from opencode_autoretry.store import DecisionRecord, Heartbeat, InjectionRecord, StoreView
+from opencode_autoretry.store import (
+    DecisionRecord,
+    Heartbeat,
+    InjectionRecord,
+    StoreView,
+    TrimRecord,
+)
 
 #: The daemon's reason text when it declined to act because no process owns the session.
 NO_OWNER = re.compile(r"\bno (?:live )?owner\b", re.IGNORECASE)
@@ -22,12 +28,16 @@ class DaemonRecords:
     decisions: tuple[DecisionRecord, ...] = ()
     injections: tuple[InjectionRecord, ...] = ()
     heartbeat: Heartbeat | None = None
+    trims: tuple[TrimRecord, ...] = ()
 
     def decisions_for(self, session_id: str) -> tuple[DecisionRecord, ...]:
         return tuple(d for d in self.decisions if d.session_id == session_id)
 
     def injections_for(self, session_id: str) -> tuple[InjectionRecord, ...]:
         return tuple(i for i in self.injections if i.session_id == session_id)
+
+    def trims_for(self, session_id: str) -> tuple[TrimRecord, ...]:
+        return tuple(t for t in self.trims if t.session_id == session_id)
 
     def decision(self, decision_id: int) -> DecisionRecord | None:
         return next((d for d in self.decisions if d.id == decision_id), None)
@@ -41,7 +51,7 @@ class DaemonRecords:
 def load_records(
     store: Path, session_id: str | None = None, since: datetime | None = None
 ) -> DaemonRecords:
-    """Decisions and injections (optionally of one session / since a time) and the heartbeat.
+    """Decisions, injections and trims (optionally of one session / since a time) and the heartbeat.
 
     A missing store reads as empty (the daemon never ran); ``StoreError`` propagates.
     """
@@ -51,6 +61,7 @@ def load_records(
             decisions=tuple(view.decisions(session_id, since)),
             injections=tuple(view.injections(session_id, since)),
             heartbeat=view.heartbeat(),
+            trims=tuple(view.trims(session_id, since)),
         )
     finally:
         view.close()

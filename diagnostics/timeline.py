@@ -19,25 +19,34 @@ injections are merged in by time.
         "group": str|null, "used_before": int, "used_after": int, "limit": int,
         "message_id": str|null},
        {"type": "injection", "id": int, "time": ISO, "decision_id": int, "state", "text",
-        "message_id": str|null, "error": str|null}],
+        "message_id": str|null, "error": str|null},
+       {"type": "trim", "id": int, "time": ISO, "session_id", "message_id", "part_id",
+        "keep_chars": int, "excerpt": str|null, "decision_id": int|null}],  # issue 6
      "verdict": {"kind", "retryable": bool, "reason", "message_id"}|null}  # the newest step
-    PART = {"type", "text": str (excerpt, text/reasoning), "tool": str, "status": str}
+    PART = {"type", "text": str (excerpt, text/reasoning), "tool": str, "status": str,
+            "loop_start": int}  # only on a trimmed part: where the kept text ends (issue 6)
+
+A trimmed part (a stopped loop, issue 6) shows its text up to the cut, a ``⟲ loop began
+here`` line and the repeated block once: the model no longer sees the rest, the TUI does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import RULE, Style, dump_json, excerpt, iso, tokens_json
+from opencode_autoretry.diagnostics.repetition_view import loop_part_lines, trim_json
 from opencode_autoretry.diagnostics.steps import classify_message
 from opencode_autoretry.models import Message, Part, PartType, Role, Session, Verdict
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store import DecisionRecord, InjectionRecord
+from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
 
-Entry = Message | DecisionRecord | InjectionRecord
+Entry = Message | DecisionRecord | InjectionRecord | TrimRecord
+Record = DecisionRecord | InjectionRecord | TrimRecord
 
 
 @dataclass(frozen=True)
@@ -45,12 +54,13 @@ class TimelineReport:
     session: Session
     entries: tuple[Entry, ...]
     verdict: Verdict | None
+    trims: Mapping[str, TrimRecord] = field(default_factory=dict)  # by part id
 
 
 def _entry_time(entry: Entry) -> datetime:
     if isinstance(entry, Message):
         return entry.time_created
-    if isinstance(entry, DecisionRecord):
+    if isinstance(entry, DecisionRecord | TrimRecord):
         return entry.at
     return entry.created
 
@@ -62,10 +72,13 @@ def build_timeline(
     entries: list[Entry] = [*messages]
     entries.extend(records.decisions_for(session.id))
     entries.extend(records.injections_for(session.id))
+    trims = records.trims_for(session.id)
+    entries.extend(trims)
     entries.sort(key=lambda e: (_entry_time(e), 0 if isinstance(e, Message) else 1))
     last = next((m for m in reversed(messages) if m.role is Role.ASSISTANT), None)
     verdict = classify_message(db, last, now=now) if last is not None else None
-    return TimelineReport(session, tuple(entries), verdict.verdict if verdict else None)
+    found = verdict.verdict if verdict else None
+    return TimelineReport(session, tuple(entries), found, {t.part_id: t for t in trims})
 
 
 def origin(message: Message) -> str:
@@ -74,23 +87,25 @@ def origin(message: Message) -> str:
     return "synthetic" if message.synthetic else "real"
 
 
-def _part_json(part: Part) -> dict[str, Any]:
+def _part_json(part: Part, trims: Mapping[str, TrimRecord]) -> dict[str, Any]:
     found: dict[str, Any] = {"type": str(part.type)}
     if part.type in (PartType.TEXT, PartType.REASONING):
         found["text"] = excerpt(part.text, 200)
+        if part.id in trims:
+            found["loop_start"] = trims[part.id].keep_chars
     if part.type is PartType.TOOL:
         found["tool"] = part.tool
         found["status"] = part.tool_status and str(part.tool_status)
     return found
 
 
-def _message_json(message: Message) -> dict[str, Any]:
+def _message_json(message: Message, trims: Mapping[str, TrimRecord]) -> dict[str, Any]:
     found: dict[str, Any] = {
         "type": "message",
         "role": str(message.role),
         "id": message.id,
         "time": iso(message.time_created),
-        "parts": [_part_json(p) for p in message.parts],
+        "parts": [_part_json(p, trims) for p in message.parts],
     }
     if message.role is Role.USER:
         marker = message.marker
@@ -107,7 +122,9 @@ def _message_json(message: Message) -> dict[str, Any]:
     return found
 
 
-def _record_json(entry: DecisionRecord | InjectionRecord) -> dict[str, Any]:
+def _record_json(entry: Record) -> dict[str, Any]:
+    if isinstance(entry, TrimRecord):
+        return {"type": "trim", **trim_json(entry)}
     if isinstance(entry, DecisionRecord):
         return {
             "type": "decision",
@@ -147,7 +164,8 @@ def timeline_json(report: TimelineReport) -> str:
             "time_created": iso(session.time_created),
         },
         "entries": [
-            _message_json(e) if isinstance(e, Message) else _record_json(e) for e in report.entries
+            _message_json(e, report.trims) if isinstance(e, Message) else _record_json(e)
+            for e in report.entries
         ],
         "verdict": None
         if verdict is None
@@ -175,7 +193,17 @@ def _part_line(part: Part, style: Style) -> str | None:
     return None  # step-start / step-finish carry nothing the header does not show
 
 
-def _message_lines(index: int, message: Message, style: Style) -> list[str]:
+def _content_lines(part: Part, trims: Mapping[str, TrimRecord], style: Style) -> list[str]:
+    trim = trims.get(part.id)
+    if trim is not None and part.type in (PartType.TEXT, PartType.REASONING):
+        return loop_part_lines(part, trim, style)
+    line = _part_line(part, style)
+    return [line] if line else []
+
+
+def _message_lines(
+    index: int, message: Message, style: Style, trims: Mapping[str, TrimRecord]
+) -> list[str]:
     when = style.local(message.time_created, with_date=False)
     if message.role is Role.USER:
         kind = origin(message)
@@ -191,12 +219,18 @@ def _message_lines(index: int, message: Message, style: Style) -> list[str]:
             error = f"err={message.error.name}: {excerpt(message.error.message, 60)}"
             head += " " + style.bad(error)
         lines = [head]
-        parts = [line for p in message.parts if (line := _part_line(p, style))]
+        parts = [line for p in message.parts for line in _content_lines(p, trims, style)]
         lines.extend(f"      {line}" for line in parts or [style.dim("(no content parts)")])
     return lines
 
 
-def _record_line(entry: DecisionRecord | InjectionRecord, style: Style) -> str:
+def _record_line(entry: Record, style: Style) -> str:
+    if isinstance(entry, TrimRecord):
+        text = (
+            f"daemon {style.local(entry.at, False)} TRIM part {entry.part_id[-8:]}: "
+            f"kept {entry.keep_chars} chars"
+        )
+        return "      ↳ " + style.paint(text, "blue")
     if isinstance(entry, DecisionRecord):
         budget = f" budget {entry.used_after}/{entry.limit}" if entry.limit else ""
         text = f"daemon {style.local(entry.at, False)} {entry.action.upper()} {entry.kind or '-'}: "
@@ -220,7 +254,7 @@ def render_timeline(report: TimelineReport, style: Style) -> str:
     for entry in report.entries:
         if isinstance(entry, Message):
             index += 1
-            lines.extend(_message_lines(index, entry, style))
+            lines.extend(_message_lines(index, entry, style, report.trims))
         else:
             lines.append(_record_line(entry, style))
     lines.append(RULE)

@@ -18,7 +18,18 @@ to act (skip, notify) follow, with their reasons.
         "outcome": {"status": "recovered"|"failed"|"blank"|"pending"|"not_sent"|"cancelled",
                     "detail": str, "message_id": str|null}}],
      "declined": [{"time": ISO, "session_id", "decision_id": int, "action", "kind": str|null,
-                   "reason", "message_id": str|null}]}
+                   "reason", "message_id": str|null}],
+     # added in issue 6 (oldest first):
+     "repetition_stops": [{"time": ISO, "session_id", "message_id": str|null,
+        "turn_id": str|null, "decision_id": int, "action", "taken": "reminded"|"replanned"|
+        "stopped"|"skipped", "reason": str, "trimmed": bool, "keep_chars": int|null,
+        "outcome": {"status": "clean"|"looped"|"pending"|"stopped"|"skipped", "detail": str,
+                    "message_id": str|null}}],
+     "trims": [{"id": int, "time": ISO, "session_id", "message_id", "part_id",
+                "keep_chars": int, "excerpt": str|null, "decision_id": int|null}]}
+
+A repetition stop's outcome: ``looped`` when a later repetition decision falls in the same
+turn, else ``clean`` once the reminder's next assistant step finished, else ``pending``.
 """
 
 from __future__ import annotations
@@ -37,10 +48,20 @@ from opencode_autoretry.diagnostics.render import (
     short_id,
     tokens_json,
 )
+from opencode_autoretry.diagnostics.repetition_view import (
+    LoopOutcome,
+    RepetitionStop,
+    loop_outcome,
+    repetition_stops,
+    stop_json,
+    stop_line,
+    trim_json,
+    trim_line,
+)
 from opencode_autoretry.diagnostics.steps import ClassifiedStep, classify_message
-from opencode_autoretry.models import Message, PartType, Role
+from opencode_autoretry.models import Kind, Message, PartType, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store import DecisionRecord, InjectionRecord
+from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
 
 DECLINED_ACTIONS = ("skip", "notify")
 
@@ -70,6 +91,8 @@ class TraceReport:
     since: datetime | None
     continuations: tuple[Continuation, ...]
     declined: tuple[DecisionRecord, ...]
+    repetition: tuple[tuple[RepetitionStop, LoopOutcome], ...] = ()
+    trims: tuple[TrimRecord, ...] = ()
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -158,7 +181,9 @@ def build_trace(
         for d in records.decisions
         if d.action in DECLINED_ACTIONS and session_id in (None, d.session_id)
     )
-    return TraceReport(days, session_id, since, tuple(found), declined)
+    stops = tuple((s, loop_outcome(db, records, s)) for s in repetition_stops(records, session_id))
+    trims = tuple(t for t in records.trims if session_id in (None, t.session_id))
+    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims)
 
 
 def _delivered(
@@ -196,11 +221,7 @@ def _continuation_json(item: Continuation) -> dict[str, Any]:
             "tokens": tokens_json(trigger.step.tokens),
             "error": trigger.step.error.name if trigger.step.error else None,
         },
-        "outcome": {
-            "status": item.outcome.status,
-            "detail": item.outcome.detail,
-            "message_id": item.outcome.message_id,
-        },
+        "outcome": _outcome_json(item.outcome),
     }
 
 
@@ -226,12 +247,29 @@ def trace_json(report: TraceReport) -> str:
             }
             for d in report.declined
         ],
+        "repetition_stops": [
+            {**stop_json(stop), "outcome": _outcome_json(outcome)}
+            for stop, outcome in report.repetition
+        ],
+        "trims": [trim_json(t) for t in report.trims],
     }
     return dump_json("trace", body)
 
 
-def _outcome_text(outcome: Outcome, style: Style) -> str:
-    colour = {"recovered": "green", "failed": "red", "not_sent": "red", "blank": "yellow"}
+def _outcome_json(outcome: Outcome | LoopOutcome) -> dict[str, Any]:
+    return {"status": outcome.status, "detail": outcome.detail, "message_id": outcome.message_id}
+
+
+def _outcome_text(outcome: Outcome | LoopOutcome, style: Style) -> str:
+    colour = {
+        "recovered": "green",
+        "failed": "red",
+        "not_sent": "red",
+        "blank": "yellow",
+        "clean": "green",
+        "looped": "red",
+        "stopped": "red",
+    }
     return style.paint(outcome.detail, colour.get(outcome.status, "bright_black"))
 
 
@@ -256,6 +294,9 @@ def _continuation_lines(item: Continuation, style: Style) -> list[str]:
             f"{' error=' + step.error.name if step.error else ''})"
         )
     lines.append(f"    outcome: {_outcome_text(item.outcome, style)}")
+    if item.decision is not None and item.decision.kind == str(Kind.REPETITION):
+        # The daemon aborted the looping step itself, so the step reads as an abort.
+        lines.append(style.dim(f"    a repetition reminder (decision #{item.decision.id})"))
     return lines
 
 
@@ -275,4 +316,16 @@ def render_trace(report: TraceReport, style: Style) -> str:
             f"[{style.local(decision.at)}] ses={short_id(decision.session_id)} "
             f"{decision.action.upper()} {decision.kind or '-'}: {decision.reason}"
         )
+    lines.extend(_repetition_lines(report, style))
     return "\n".join(lines)
+
+
+def _repetition_lines(report: TraceReport, style: Style) -> list[str]:
+    lines = [RULE, f"Repetition stops: {len(report.repetition)}"]
+    for stop, outcome in report.repetition:
+        lines.append(stop_line(stop, style).strip())
+        lines.append(f"    reason: {stop.detector_reason}")
+        lines.append(f"    outcome: {_outcome_text(outcome, style)}")
+    lines.append(f"History trims: {len(report.trims)}")
+    lines.extend(trim_line(t, style) for t in report.trims)
+    return lines

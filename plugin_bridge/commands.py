@@ -82,10 +82,13 @@ def status_command(app: AppContext, config_dir: Path | None, as_json: bool) -> N
     if as_json:
         click.echo(json.dumps(report, indent=2))
         return
+    # The widest label sets the column, so a nested file (autoretry/history.js) still lines up.
+    label = "daemon socket"
+    width = max([len(label), *(len(name) for name in report["files"])])
     for name, entry in report["files"].items():
-        click.echo(f"{name:<13} {entry['state']:<10} {entry['path']}")
+        click.echo(f"{name:<{width}} {entry['state']:<10} {entry['path']}")
     alive = "alive" if report["daemon_alive"] else "not running (start it: autoretry run)"
-    click.echo(f"daemon socket {alive}  {socket}")
+    click.echo(f"{label:<{width}} {alive}  {socket}")
 
 
 COMMANDS: list[click.Command] = [bridge]

@@ -291,7 +291,9 @@ def test_daemon_remind_replan_stop_with_every_loop_cut_short_and_trimmed(
         REMINDER, DEFAULT_MESSAGES["repetition_replan"]
     ]
     assert all(not _untrimmed(r) for r in requests), "no loop ever reaches the model again"
-    trims = _store(d, lambda v: v.trims(session))
+    # The trim is written right after its decision, in the same loop step: wait for it too.
+    trims = _wait_store(d, lambda v: len(v.trims(session)) >= 3 and v.trims(session),
+                        "three trims")
     assert len(trims) == 3 and [t.decision_id for t in trims] == [x.id for x in decided]
     server.events.wait_for(
         lambda e: e.get("type") == "tui.toast.show"
