@@ -63,6 +63,7 @@ from opencode_autoretry.diagnostics.steps import (
     ClassifiedStep,
     classify_rows,
     classify_streamed,
+    relabel_daemon_aborts,
 )
 from opencode_autoretry.models import Kind
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
@@ -215,6 +216,7 @@ def build_diagnose(
         found += classify_rows(
             db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True
         )
+    found = relabel_daemon_aborts(found, records)
     injections = [i for i in records.injections if since is None or i.created >= since]
     return DiagnoseReport(
         days=days,

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
+from opencode_autoretry.models import Message
 from opencode_autoretry.store import (
     DecisionRecord,
     Heartbeat,
@@ -65,3 +66,25 @@ def load_records(
         )
     finally:
         view.close()
+
+
+#: How long after a step ended its abort can still be the daemon's (the abort's error lands
+#: on the step a moment after the daemon recorded the decision that asked for it).
+ABORT_SLACK = timedelta(seconds=5)
+
+
+def daemon_abort_for(records: DaemonRecords, step: Message) -> DecisionRecord | None:
+    """The daemon's own abort-then-continue decision that ended ``step``, if any.
+
+    The step then carries ``MessageAbortedError`` although no user pressed anything: the
+    reports show it as what the daemon stopped (a loop, a stall, a runaway), not a user abort.
+    """
+    if step.error is None or step.error.name not in ("MessageAbortedError", "AbortError"):
+        return None
+    end = (step.time_completed or step.time_created) + ABORT_SLACK
+    for decision in records.decisions_for(step.session_id):
+        if decision.action != "abort_then_inject" and decision.kind != "repetition":
+            continue
+        if decision.message_id == step.id or step.time_created <= decision.at <= end:
+            return decision
+    return None

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from opencode_autoretry.classifier import classify
+from opencode_autoretry.diagnostics.records import DaemonRecords, daemon_abort_for
 from opencode_autoretry.models import Kind, LiveFacts, Message, Role, Turn, Verdict, to_epoch_ms
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
 
@@ -196,5 +197,27 @@ ABNORMAL_KINDS: tuple[Kind, ...] = (
     Kind.SILENT,
     Kind.ORPHAN,
     Kind.RUNAWAY,
+    Kind.STALL,
     Kind.USER_ABORT,
 )
+
+
+def relabel_daemon_aborts(
+    found: Iterable[ClassifiedStep], records: DaemonRecords
+) -> list[ClassifiedStep]:
+    """Steps the daemon itself aborted (to stop a loop, a stall or a runaway) carry a
+    MessageAbortedError; report them as what the daemon stopped, not as a user abort."""
+    result = []
+    for item in found:
+        decision = (
+            daemon_abort_for(records, item.step) if item.verdict.kind is Kind.USER_ABORT else None
+        )
+        if decision is not None and decision.kind in Kind.__members__.values():
+            verdict = replace(
+                item.verdict,
+                kind=Kind(decision.kind),
+                reason=f"aborted by autoretry (decision #{decision.id}): {decision.reason}",
+            )
+            item = replace(item, verdict=verdict)
+        result.append(item)
+    return result

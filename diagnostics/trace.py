@@ -58,7 +58,11 @@ from opencode_autoretry.diagnostics.repetition_view import (
     trim_json,
     trim_line,
 )
-from opencode_autoretry.diagnostics.steps import ClassifiedStep, classify_message
+from opencode_autoretry.diagnostics.steps import (
+    ClassifiedStep,
+    classify_message,
+    relabel_daemon_aborts,
+)
 from opencode_autoretry.models import Kind, Message, PartType, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
@@ -150,6 +154,8 @@ def _continuation(
     else:
         raise ValueError("a continuation needs an injection record or a message")
     trigger = classify_message(db, before, now=now) if before is not None else None
+    if trigger is not None:
+        (trigger,) = relabel_daemon_aborts([trigger], records)
     return Continuation(time, session_id, injection, decision, message, trigger, outcome)
 
 
