@@ -1,0 +1,230 @@
+"""RSS and CPU of the resident daemon, idle and with 20 sessions streaming (issue 5).
+
+    .venv/bin/python bench/daemon_footprint.py [--idle 60] [--sessions 20] [--words 1500]
+
+Real OpenCode 1.18.33 with the bridge plugin, ``autoretry run`` with default settings.
+- idle: one bridge connected, nothing happening, ``--idle`` seconds.
+- streaming: ``--sessions`` sessions prompted at once, each answered by a long stream of
+  non-repeating words (one chunk every 20 ms, ~50 tokens/s each), so every delta flows through
+  the bridge into the daemon (the repetition guard reads them). Measured from the moment all
+  streams run until the first one ends.
+CPU = psutil ``cpu_times`` (user + system) delta of the daemon's pid / wall time; RSS is
+sampled every 0.5 s (max reported). Goals: idle <= 0.5 % of a core, streaming <= 5 %, RSS
+<= 60 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pstats
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+from daemon_harness import (
+    DefaultDaemon,
+    OpenCodeServer,
+    TimedProvider,
+    bridge_home,
+    ensure_opencode,
+    first_decision_ms,
+    machine_note,
+    remove,
+    scratch,
+    wait_for,
+    warm_up,
+    write_section,
+)
+
+MB = 1024 * 1024
+TURN_S = 60.0
+
+
+@dataclass(frozen=True)
+class Usage:
+    wall: float
+    cpu: float  # seconds of CPU (user + system) in the window
+    rss_max: float  # MB
+    rss_end: float  # MB
+    loop_cpu: float = 0.0  # seconds of the main thread (the decision loop) within ``cpu``
+    extra: str = ""
+
+    @property
+    def core_share(self) -> float:
+        return 100.0 * self.cpu / self.wall
+
+
+class Sampler:
+    """Samples the daemon's RSS every 0.5 s between ``begin`` and ``end``."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self._rss: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._cpu0 = 0.0
+        self._loop0 = 0.0
+        self._t0 = 0.0
+
+    def _cpu(self) -> float:
+        times = self.process.cpu_times()
+        return times.user + times.system
+
+    def _loop_cpu(self) -> float:
+        """The main thread's CPU: ``serve`` runs the decision loop there (its tid is the pid);
+        the bridge readers, the DB tailer, the watcher and the timers are the other threads."""
+        main = [t for t in self.process.threads() if t.id == self.process.pid]
+        return main[0].user_time + main[0].system_time if main else 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self._rss.append(self.process.memory_info().rss)
+
+    def begin(self) -> Sampler:
+        self._t0, self._cpu0, self._loop0 = time.monotonic(), self._cpu(), self._loop_cpu()
+        self._rss.append(self.process.memory_info().rss)
+        self._thread.start()
+        return self
+
+    def end(self, extra: str = "") -> Usage:
+        cpu, wall = self._cpu() - self._cpu0, time.monotonic() - self._t0
+        loop = self._loop_cpu() - self._loop0
+        self._stop.set()
+        self._thread.join(timeout=2)
+        rss = self.process.memory_info().rss
+        return Usage(wall, cpu, max([*self._rss, rss]) / MB, rss / MB, loop, extra)
+
+
+def idle(daemon: DefaultDaemon, seconds: float) -> Usage:
+    sampler = Sampler(daemon.process.pid).begin()  # type: ignore[union-attr]
+    time.sleep(seconds)  # the measurement window itself
+    return sampler.end()
+
+
+def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvider,
+              sessions: int, words: int) -> Usage:
+    ids = [server.create_session()["id"] for _ in range(sessions)]
+    before = len(provider.provider.requests())
+    for session in ids:
+        server.prompt_async(session, f"Tell me a long story [[s:bench_stream:{words}]]")
+    provider.provider.wait_for_requests(before + sessions, TURN_S)
+    wait_for(lambda: provider.chunks >= sessions * 3, TURN_S, "all streams flowing", 0.05)
+    chunks0 = provider.chunks
+    published0 = len(server.events.of_type("message.part.delta"))
+    sampler = Sampler(daemon.process.pid).begin()  # type: ignore[union-attr]
+    first_idle = server.events.wait_for(
+        lambda e: e.get("type") == "session.idle" and e["properties"].get("sessionID") in ids,
+        words * 0.1 + TURN_S, "a streamed session finishing",
+    )
+    usage = sampler.end()
+    rate = (provider.chunks - chunks0) / usage.wall
+    published = (len(server.events.of_type("message.part.delta")) - published0) / usage.wall
+    for session in ids:
+        server.wait_idle(session, TURN_S)
+    assert first_idle
+    # Ordinary streams: the daemon must have decided nothing (no loop, no failure) about them.
+    decided = sum(first_decision_ms(daemon, session) is not None for session in ids)
+    dropped = [line for line in daemon.lines() if "dropped" in line]
+    return Usage(usage.wall, usage.cpu, usage.rss_max, usage.rss_end, usage.loop_cpu,
+                 f"{rate:.0f} chunks/s sent by the provider, {published:.0f} "
+                 f"`message.part.delta`/s published by OpenCode; decisions: {decided}; "
+                 f"bridge drop reports: {len(dropped)}")
+
+
+def print_profile(path: Path) -> None:
+    """The decision loop's (main thread's) hottest functions over the whole run."""
+    if path.exists():
+        pstats.Stats(str(path)).sort_stats("tottime").print_stats(20)
+
+
+def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, words: int,
+        profile: bool = False) -> dict[str, Usage]:
+    root = scratch("ar-foot-")
+    daemon: DefaultDaemon | None = None
+    server: OpenCodeServer | None = None
+    try:
+        home = bridge_home(root / "oc", provider.url)
+        warm_up(binary, home)
+        socket = root / "d.sock"
+        server = OpenCodeServer.start(binary, home, {"AUTORETRY_SOCKET": str(socket)})
+        server.ok("GET", "/path")
+        warm = server.create_session()["id"]
+        server.prompt_async(warm, "hello")
+        server.wait_idle(warm, TURN_S)
+        daemon = DefaultDaemon(root / "home", socket, home.data_dir / "opencode.db")
+        if profile:  # cProfile sees the main thread only: the decision loop
+            daemon.interpreter_args = ("-m", "cProfile", "-o", str(root / "daemon.prof"))
+        daemon.start()
+        daemon.wait_log("connected: pid", TURN_S)
+        time.sleep(5)  # start-up (rebuild, adopt, first beats) is not idle time
+        results = {"idle": idle(daemon, idle_s)}
+        print(f"idle: {results['idle']}", flush=True)
+        results["streaming"] = streaming(server, daemon, provider, sessions, words)
+        print(f"streaming: {results['streaming']}", flush=True)
+        return results
+    finally:
+        if server is not None:
+            server.stop()
+        if daemon is not None:
+            daemon.stop()
+        if profile:
+            print_profile(root / "daemon.prof")
+        remove(root)
+
+
+def table(results: dict[str, Usage], args: argparse.Namespace, note: str) -> str:
+    goals = {"idle": 0.5, "streaming": 5.0}
+    lines = [
+        "| phase | window | daemon CPU (loop thread) | % of a core | goal | RSS max / end | goal "
+        "| traffic |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, usage in results.items():
+        label = "idle, 1 bridge" if name == "idle" else f"{args.sessions} sessions streaming"
+        cpu_ok = usage.core_share <= goals[name]
+        rss_ok = usage.rss_max <= 60
+        lines.append(
+            f"| {label} | {usage.wall:.1f} s | {usage.cpu * 1000:.0f} ms "
+            f"({usage.loop_cpu * 1000:.0f} ms) "
+            f"| {usage.core_share:.2f} % | <= {goals[name]} % {'met' if cpu_ok else '**missed**'} "
+            f"| {usage.rss_max:.1f} / {usage.rss_end:.1f} MB "
+            f"| <= 60 MB {'met' if rss_ok else '**missed**'} | {usage.extra} |"
+        )
+    return (
+        f"`.venv/bin/python bench/daemon_footprint.py` (real OpenCode 1.18.33 with the bridge, "
+        f"daemon defaults; {note}). CPU = psutil `cpu_times` (user + system) delta of the "
+        f"daemon's pid over the window; RSS sampled every 0.5 s. Streaming: {args.sessions} "
+        f"sessions prompted at once, each answered with {args.words} words of non-repeating "
+        "prose, one SSE chunk per word every 20 ms; the window runs from all streams flowing "
+        "to the first one finishing. In brackets: the main thread alone, which runs the "
+        "decision loop (per delta: dispatch, session bookkeeping, the repetition guard's "
+        "feed); the rest is mostly the bridge reader threads (per line: JSON decode into a "
+        "protocol dataclass, clock, inbox put). `--profile` runs the daemon under cProfile "
+        "and prints the loop's hot spots (no single one dominates).\n\n" + "\n".join(lines)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--idle", type=float, default=60.0)
+    parser.add_argument("--sessions", type=int, default=20)
+    parser.add_argument("--words", type=int, default=1500)
+    parser.add_argument("--no-readme", action="store_true")
+    parser.add_argument("--profile", action="store_true",
+                        help="run the daemon under cProfile and print its loop's hot spots "
+                        "(profiling inflates the CPU figures: implies --no-readme)")
+    args = parser.parse_args()
+    note = machine_note()
+    provider = TimedProvider().start()
+    results = run(ensure_opencode(), provider, args.idle, args.sessions, args.words,
+                  args.profile)
+    text = table(results, args, note)
+    print(text)
+    if not (args.no_readme or args.profile):
+        write_section("Footprint", text)
+
+
+if __name__ == "__main__":
+    main()
