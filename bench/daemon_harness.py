@@ -21,7 +21,6 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,7 @@ README = ROOT / "bench" / "README.md"
 SECTION = "## Daemon"
 sys.path.insert(0, str(E2E))
 
-from daemon_process import DaemonProcess  # noqa: E402
+from daemon_process import DaemonProcess, wait_until  # noqa: E402
 from fake_provider import RESPONDERS, FakeProvider, _chunk, _usage  # noqa: E402
 from opencode import (  # noqa: E402
     OpenCodeHome,
@@ -170,15 +169,7 @@ def first_decision_ms(daemon: DaemonProcess, session_id: str) -> tuple[int, str]
     return round(first.at.timestamp() * 1000), first.reason
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s")
-        time.sleep(every)  # another process's store: nothing to wait on but the file
+wait_for = wait_until  # the e2e suite's poller, with the bench's names
 
 
 def percentile(values: list[float], share: float) -> float:

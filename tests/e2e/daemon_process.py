@@ -13,7 +13,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from opencode_autoretry.store import StoreView
 
@@ -22,6 +24,19 @@ FAST_CONFIG = "\n".join(
     f"[budgets.{group}]\ninitial_delay = 1.0\nmax_delay = 1.0\n"
     for group in ("disconnect", "timeout", "stream", "server", "rate_limit", "unknown")
 )
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
+    """Poll another process's state (the daemon's store, OpenCode's DB or API) until ``check``
+    answers truthy: there is nothing in this process to wait on instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s (last: {value!r})")
+        time.sleep(every)
 
 
 class DaemonProcess:

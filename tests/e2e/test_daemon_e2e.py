@@ -17,25 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_process import FAST_CONFIG, DaemonProcess
+from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_faults import install as install_faults
 
 pytestmark = pytest.mark.e2e
 
 TURN = 30.0
 POLL_S = 0.1
-
-
-def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll a store or OpenCode read until it answers truthy (both are other processes)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {timeout}s (last: {value!r})")
-        time.sleep(POLL_S)
 
 
 @pytest.fixture

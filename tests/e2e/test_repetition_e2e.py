@@ -12,12 +12,11 @@ so how far a loop got before it was stopped is measured.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from daemon_process import DaemonProcess
+from daemon_process import DaemonProcess, wait_until
 from fake_loops import LoopLog, install
 from fake_provider import NORMAL_TEXT, REPEATED
 
@@ -253,14 +252,7 @@ def _store(d: DaemonProcess, read):
 
 def _wait_store(d: DaemonProcess, read, what: str):
     """Poll the daemon's store (another process: nothing to wait on instead)."""
-    deadline = time.monotonic() + TURN_TIMEOUT
-    while True:
-        value = _store(d, read)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: not within {TURN_TIMEOUT}s (last: {value!r})")
-        time.sleep(0.1)
+    return wait_until(lambda: _store(d, read), TURN_TIMEOUT, what)
 
 
 def _untrimmed(request: Any) -> list[str]:
