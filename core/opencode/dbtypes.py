@@ -119,7 +119,10 @@ MARKED_PARTS_SINCE = f"""SELECT message_id FROM part WHERE rowid >= ? AND time_c
 # Only an error written *before* a final healthy finish would escape the fast path, which
 # OpenCode's write order never produces (an error ends the step).
 _TAIL_IS = 'substr(CAST(data AS BLOB), -{n}) = CAST(\'"finish":"{finish}"}}\' AS BLOB)'
-_OUTPUT_ZERO = "data GLOB '*\"output\":0[,}]*'"
+# The pattern starts at the rare "u" of ``utput``, not at the quote: GLOB tries a match at
+# every occurrence of the pattern's first character (~60 quotes a row; measured 90 ms less at
+# 1 M messages). Any key ending in "utput" only sends its row on to the exact test.
+_OUTPUT_ZERO = "data GLOB '*utput\":0[,}]*'"
 _HEALTHY_TAIL = f"""({_TAIL_IS.format(n=22, finish="tool-calls")}
     OR {_TAIL_IS.format(n=16, finish="stop")} AND NOT {_OUTPUT_ZERO})"""
 # Exact test, any key order or spacing: one parse (SQLite caches it across the calls of a row)
