@@ -22,6 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from daemon_process import FAST_CONFIG, DaemonProcess  # noqa: E402
 from fake_provider import FakeProvider  # noqa: E402
 from opencode import OpenCodeHome, OpenCodeServer, ensure_opencode, prepare_home  # noqa: E402
 from standin import DaemonStandIn  # noqa: E402
@@ -115,3 +116,23 @@ def start_opencode(
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def daemon(
+    tmp_path: Path, socket_path: Path, opencode_home: OpenCodeHome
+) -> Iterator[Callable[..., DaemonProcess]]:
+    """Starts the real ``autoretry run`` (fast interruption budgets unless a config is given)
+    on the e2e OpenCode's DB; every daemon started must exit cleanly at the end."""
+    started: list[DaemonProcess] = []
+
+    def start(config: str = FAST_CONFIG) -> DaemonProcess:
+        process = DaemonProcess(
+            tmp_path / "autoretry", socket_path, opencode_home.data_dir / "opencode.db", config
+        ).start()
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        assert process.stop() in (0, -9, None), "the daemon did not exit cleanly"

@@ -12,8 +12,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,22 +22,6 @@ pytestmark = pytest.mark.e2e
 
 TURN = 30.0
 POLL_S = 0.1
-
-
-@pytest.fixture
-def daemon(tmp_path: Path, socket_path: Path, opencode_home) -> Iterator[Callable[..., Any]]:
-    started: list[DaemonProcess] = []
-
-    def start(config: str = FAST_CONFIG) -> DaemonProcess:
-        process = DaemonProcess(
-            tmp_path / "autoretry", socket_path, opencode_home.data_dir / "opencode.db", config
-        ).start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        assert process.stop() in (0, -9, None), "the daemon did not exit cleanly"
 
 
 def connect(start_opencode, d: DaemonProcess, **env: str):

@@ -218,22 +218,6 @@ def test_penalties_from_the_daemon_reach_the_provider_and_are_off_by_default(
 # -- through the real daemon (``autoretry run``): the loop wires RepetitionGuard -------------
 
 
-@pytest.fixture
-def daemon(tmp_path, socket_path, opencode_home):
-    started: list[DaemonProcess] = []
-
-    def start(config: str = "") -> DaemonProcess:
-        process = DaemonProcess(
-            tmp_path / "autoretry", socket_path, opencode_home.data_dir / "opencode.db", config
-        ).start()
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        assert process.stop() in (0, -9, None), "the daemon did not exit cleanly"
-
-
 def _connect(start_opencode, d: DaemonProcess):
     mark = len(d.lines())
     server = start_opencode()
