@@ -21,7 +21,7 @@ import re
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 _SPACES = re.compile(r"\s+")
 _PREFIXES = ("let me ", "i'll ", "i will ", "let's ")
@@ -33,7 +33,7 @@ def canonical_json(value: Any) -> str:
         try:
             value = json.loads(value)
         except ValueError:
-            return value
+            return cast(str, value)
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 

@@ -129,7 +129,7 @@ def _ms(value: datetime | None) -> int | None:
     return None if value is None else to_epoch_ms(value)
 
 
-def _decision_from_row(row: Mapping[str, Any]) -> DecisionRecord:
+def _decision_from_row(row: sqlite3.Row) -> DecisionRecord:
     return DecisionRecord(
         id=row["id"], at=from_epoch_ms(row["at"]),  # type: ignore[arg-type]
         session_id=row["session_id"], turn_id=row["turn_id"], message_id=row["message_id"],
@@ -139,7 +139,7 @@ def _decision_from_row(row: Mapping[str, Any]) -> DecisionRecord:
     )
 
 
-def _injection_from_row(row: Mapping[str, Any]) -> InjectionRecord:
+def _injection_from_row(row: sqlite3.Row) -> InjectionRecord:
     return InjectionRecord(
         id=row["id"], decision_id=row["decision_id"], session_id=row["session_id"],
         turn_id=row["turn_id"], text=row["text"], due=from_epoch_ms(row["due"]),
@@ -149,11 +149,11 @@ def _injection_from_row(row: Mapping[str, Any]) -> InjectionRecord:
     )
 
 
-def _trim_from_row(row: Mapping[str, Any]) -> TrimRecord:
+def _trim_from_row(row: sqlite3.Row) -> TrimRecord:
     return TrimRecord(**{**dict(row), "at": from_epoch_ms(row["at"])})
 
 
-def _ledger_from_row(row: Mapping[str, Any]) -> TurnLedger:
+def _ledger_from_row(row: sqlite3.Row) -> TurnLedger:
     used = {BudgetGroup(k): int(v) for k, v in json.loads(row["used"]).items()}
     exhausted = frozenset(BudgetGroup(g) for g in json.loads(row["exhausted"]))
     return TurnLedger(
@@ -176,9 +176,10 @@ class _Reader:
 
     def _filtered(
         self, table: str, time_col: str, session_id: str | None, since: datetime | None,
-        convert: Callable[[Mapping[str, Any]], Any],
+        convert: Callable[[sqlite3.Row], Any],
     ) -> list[Any]:
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[Any] = []
         if session_id is not None:
             clauses.append("session_id = ?")
             params.append(session_id)

@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from opencode_autoretry.classifier import classify
 from opencode_autoretry.diagnostics.records import DaemonRecords, daemon_abort_for
@@ -215,7 +216,7 @@ def relabel_daemon_aborts(
         if decision is not None and decision.kind in Kind.__members__.values():
             verdict = replace(
                 item.verdict,
-                kind=Kind(decision.kind),
+                kind=Kind(cast(str, decision.kind)),
                 reason=f"aborted by autoretry (decision #{decision.id}): {decision.reason}",
             )
             item = replace(item, verdict=verdict)

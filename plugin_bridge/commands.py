@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -69,7 +69,7 @@ def status_command(app: AppContext, config_dir: Path | None, as_json: bool) -> N
     """Is the bridge installed and up to date, and is the daemon's socket alive?"""
     target = _config_dir(config_dir)
     socket = app.settings().socket
-    report = {
+    report: dict[str, Any] = {
         "config_dir": str(target),
         "files": {
             s.file.name: {"path": str(s.target), "state": s.state.value}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 1024 * 1024
@@ -367,11 +367,11 @@ def decode(line: bytes | str, allowed: frozenset[str]) -> Any:
 
 
 def decode_from_bridge(line: bytes | str) -> BridgeInbound:
-    return decode(line, BRIDGE_TYPES)
+    return cast(BridgeInbound, decode(line, BRIDGE_TYPES))
 
 
 def decode_from_daemon(line: bytes | str) -> DaemonOutbound | Unknown:
-    return decode(line, DAEMON_TYPES)
+    return cast(DaemonOutbound | Unknown, decode(line, DAEMON_TYPES))
 
 
 def to_wire(message: Any) -> dict[str, Any]:

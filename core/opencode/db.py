@@ -17,7 +17,7 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 from opencode_autoretry.models import Message, Role, Session, Turn, to_epoch_ms
@@ -211,7 +211,7 @@ class OpenCodeDB:
 
     def session_messages(self, session_id: str, since_ms: int | None = None) -> list[Message]:
         """A session's messages in creation order, through ``(session_id, time_created, id)``."""
-        where, params = "session_id = ?", [session_id]
+        where, params = "session_id = ?", list[Any]([session_id])
         if since_ms is not None:
             where += " AND time_created >= ?"
             params.append(since_ms)
@@ -230,7 +230,7 @@ class OpenCodeDB:
     def _last_real_user(self, session_id: str, batch: int = 64) -> Message | None:
         cursor: tuple[int, str] | None = None
         while True:
-            where, params = "session_id = ?", [session_id]
+            where, params = "session_id = ?", list[Any]([session_id])
             if cursor is not None:
                 where += " AND (time_created, id) < (?, ?)"
                 params.extend(cursor)
@@ -267,7 +267,7 @@ class OpenCodeDB:
     # -- tailing (daemon) ---------------------------------------------------------------------
 
     def max_message_id(self) -> str | None:
-        return self._scalar("SELECT max(id) FROM message")
+        return cast(str | None, self._scalar("SELECT max(id) FROM message"))
 
     def messages_after(self, message_id: str | None, limit: int = 500) -> list[Message]:
         """Messages with an id above ``message_id`` (all when ``None``), by id, with parts."""
