@@ -7,24 +7,7 @@ from pathlib import Path
 
 import click
 
-from opencode_autoretry.settings import Settings, SettingsError, resolve
-
-
-class AppContext:
-    """Resolves settings once, lazily, from the group's flags."""
-
-    def __init__(self, flags: dict[str, object], config: Path | None) -> None:
-        self._flags = flags
-        self._config = config
-        self._settings: Settings | None = None
-
-    def settings(self, **more: object) -> Settings:
-        if self._settings is None or more:
-            try:
-                self._settings = resolve({**self._flags, **more}, config_path=self._config)
-            except SettingsError as exc:
-                raise click.UsageError(str(exc)) from exc
-        return self._settings
+from opencode_autoretry.app_context import AppContext
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -33,8 +33,8 @@ from opencode_autoretry.policy import PolicyError, load_policy
 from opencode_autoretry.settings import Settings
 from opencode_autoretry.store import Store, StoreError, StoreView
 
-if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
-    from opencode_autoretry.cli import AppContext
+if TYPE_CHECKING:
+    from opencode_autoretry.app_context import AppContext
 
 log = logging.getLogger("opencode_autoretry.daemon")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"

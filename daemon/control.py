@@ -10,13 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from opencode_autoretry.plugin_bridge.protocol import Command, Reply
-from opencode_autoretry.store import StoreView
+from opencode_autoretry.daemon.actions import Actions
+from opencode_autoretry.daemon.sessions import Sessions
+from opencode_autoretry.plugin_bridge.protocol import Command, Hello, Reply
+from opencode_autoretry.store import Store, StoreView
 
-if TYPE_CHECKING:  # the loop imports this module; only its type is needed here
-    from opencode_autoretry.daemon.loop import Loop
+
+class Loop(Protocol):
+    """What the commands and the heartbeat read of the daemon loop (``daemon.loop.Loop``,
+    which imports this module: a protocol instead of an import keeps the two acyclic)."""
+
+    @property
+    def store(self) -> Store: ...
+    @property
+    def actions(self) -> Actions: ...
+    @property
+    def bridges(self) -> dict[str, Hello | None]: ...
+    @property
+    def sessions(self) -> Sessions: ...
+    @property
+    def started(self) -> datetime: ...
 
 USAGE = "usage: /autoretry [on|off|status] [here]"
 STALE_HEARTBEAT = timedelta(seconds=30)

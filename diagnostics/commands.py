@@ -32,7 +32,7 @@ from opencode_autoretry.opencode.db import DbError, OpenCodeDB
 from opencode_autoretry.store import StoreError
 
 if TYPE_CHECKING:
-    from opencode_autoretry.cli import AppContext
+    from opencode_autoretry.app_context import AppContext
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 

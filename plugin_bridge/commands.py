@@ -11,8 +11,8 @@ import click
 from opencode_autoretry import paths
 from opencode_autoretry.plugin_bridge import install as installer
 
-if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
-    from opencode_autoretry.cli import AppContext
+if TYPE_CHECKING:
+    from opencode_autoretry.app_context import AppContext
 
 CONFIG_OPTION = click.option(
     "--opencode-config",

@@ -1,0 +1,129 @@
+"""No import cycles inside the package: modules form layers, each importing only below itself.
+
+The graph is built from the source tree named in pyproject.toml (not from the installed link
+tree, which misses a module added since the last install), from every import that runs at import
+time — including ``if TYPE_CHECKING:`` ones, since a type-only cycle is still a cycle in the
+design — and not from imports inside functions, which run when the function does.
+"""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def package_modules(root: Path) -> dict[str, Path]:
+    """Every module of the packages pyproject.toml lists, by dotted name, to its source file."""
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    dirs: dict[str, Path] = {}
+    for package in sorted(setuptools["packages"], key=lambda p: p.count(".")):
+        mapped = setuptools.get("package-dir", {}).get(package)
+        parent, _, leaf = package.rpartition(".")
+        dirs[package] = root / mapped if mapped else dirs[parent] / leaf
+    modules: dict[str, Path] = {}
+    for package, folder in dirs.items():
+        for file in sorted(folder.glob("*.py")):
+            name = package if file.stem == "__init__" else f"{package}.{file.stem}"
+            modules[name] = file
+    return modules
+
+
+class _ImportTimeImports(ast.NodeVisitor):
+    """Collects the modules named by imports outside function bodies."""
+
+    def __init__(self, module: str, is_package: bool) -> None:
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.names: set[str] = set()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        return  # runs when called, not when imported
+
+    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
+        return
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        return
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.names.update(alias.name for alias in node.names)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        base = node.module or ""
+        if node.level:
+            anchor = self.package.rsplit(".", node.level - 1)[0] if node.level > 1 else self.package
+            base = f"{anchor}.{base}" if base else anchor
+        self.names.add(base)
+        self.names.update(f"{base}.{alias.name}" for alias in node.names)
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the package modules it imports at import time (parents of a dotted name too:
+    importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first)."""
+    graph: dict[str, set[str]] = {}
+    for name, file in modules.items():
+        visitor = _ImportTimeImports(name, file.stem == "__init__")
+        visitor.visit(ast.parse(file.read_text(), filename=str(file)))
+        targets = set()
+        for imported in visitor.names:
+            parts = imported.split(".")
+            targets.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    try:
+        tuple(graphlib.TopologicalSorter(graph).static_order())
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return None
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    modules = package_modules(ROOT)
+    graph = import_graph(modules)
+    assert len(modules) > 40, sorted(modules)  # the walk found the grafted packages
+    assert "opencode_autoretry.daemon.control" in graph["opencode_autoretry.daemon.loop"]
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    (root / "pyproject.toml").write_text(
+        '[tool.setuptools]\npackages = ["pkg", "pkg.sub"]\n'
+        '[tool.setuptools.package-dir]\n"pkg" = "core"\n"pkg.sub" = "sub"\n'
+    )
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+@pytest.mark.parametrize(
+    "b_source",
+    [
+        "from pkg.a import x\n",
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n",
+        "from . import a\n",
+    ],
+)
+def test_a_cycle_through_the_grafted_package_is_found(tmp_path: Path, b_source: str) -> None:
+    _write(tmp_path, {
+        "core/__init__.py": "", "core/a.py": "import pkg.sub.b\nx = 1\n",
+        "sub/__init__.py": "", "sub/b.py": b_source.replace("from . import", "from .. import"),
+    })
+    cycle = find_cycle(import_graph(package_modules(tmp_path)))
+    assert cycle is not None and set(cycle) >= {"pkg.a", "pkg.sub.b"}
+
+
+def test_an_import_inside_a_function_is_no_cycle(tmp_path: Path) -> None:
+    _write(tmp_path, {
+        "core/__init__.py": "", "core/a.py": "import pkg.sub.b\n",
+        "sub/__init__.py": "", "sub/b.py": "def run() -> None:\n    from pkg import a\n",
+    })
+    assert find_cycle(import_graph(package_modules(tmp_path))) is None
