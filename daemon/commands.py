@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import logging.handlers
 import os
 import queue
 import signal
@@ -20,27 +19,19 @@ from typing import TYPE_CHECKING
 
 import click
 
-from opencode_autoretry.clock import SystemClock
-from opencode_autoretry.daemon.bridges import BridgeServer, SocketBusyError
-from opencode_autoretry.daemon.control import render_status, status_report
-from opencode_autoretry.daemon.inbox import Shutdown
-from opencode_autoretry.daemon.loop import Loop
-from opencode_autoretry.daemon.scheduler import RetryScheduler
-from opencode_autoretry.daemon.sources import DbTailer
-from opencode_autoretry.daemon.watch import WalWatcher
-from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.policy import PolicyError, load_policy
-from opencode_autoretry.settings import Settings
-from opencode_autoretry.store import Store, StoreError, StoreView
-
+# The rest is imported by the functions that run it: `autoretry --help` lists these commands
+# and must not load the daemon, APScheduler, watchdog or sqlite-utils to do so.
 if TYPE_CHECKING:
     from opencode_autoretry.app_context import AppContext
+    from opencode_autoretry.settings import Settings
 
 log = logging.getLogger("opencode_autoretry.daemon")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def setup_logging(settings: Settings, foreground: bool) -> None:
+    import logging.handlers
+
     settings.log_dir.mkdir(parents=True, exist_ok=True)
     handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
         settings.log_dir / "daemon.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8")]
@@ -57,6 +48,17 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
 
 def serve(settings: Settings) -> int:
     """Run the daemon until a signal; 0 on a clean stop."""
+    from opencode_autoretry.clock import SystemClock
+    from opencode_autoretry.daemon.bridges import BridgeServer
+    from opencode_autoretry.daemon.inbox import Shutdown
+    from opencode_autoretry.daemon.loop import Loop
+    from opencode_autoretry.daemon.scheduler import RetryScheduler
+    from opencode_autoretry.daemon.sources import DbTailer
+    from opencode_autoretry.daemon.watch import WalWatcher
+    from opencode_autoretry.opencode.db import OpenCodeDB
+    from opencode_autoretry.policy import load_policy
+    from opencode_autoretry.store import Store
+
     policy = load_policy(settings.policy)
     store = Store.open(settings.store)
     inbox: queue.Queue[object] = queue.Queue()
@@ -97,6 +99,10 @@ def serve(settings: Settings) -> int:
 @click.pass_obj
 def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
+    from opencode_autoretry.daemon.bridges import SocketBusyError
+    from opencode_autoretry.policy import PolicyError
+    from opencode_autoretry.store import StoreError
+
     settings = app.settings(**({"verbose": True} if verbose else {}))
     setup_logging(settings, foreground)
     try:
@@ -106,6 +112,8 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
 
 
 def _switch(app: AppContext, on: bool, session: str | None) -> None:
+    from opencode_autoretry.store import Store
+
     settings = app.settings()
     store = Store.open(settings.store)
     try:
@@ -141,6 +149,9 @@ def off_command(app: AppContext, session: str | None) -> None:
 @click.pass_obj
 def status_command(app: AppContext, as_json: bool) -> None:
     """Daemon, bridges, watched sessions, budgets, pending retries and last decisions."""
+    from opencode_autoretry.daemon.control import render_status, status_report
+    from opencode_autoretry.store import StoreView
+
     view = StoreView.open(app.settings().store)
     try:
         report = status_report(view, datetime.now(tz=UTC))

@@ -16,23 +16,14 @@ import click
 
 from opencode_autoretry import paths
 from opencode_autoretry.clock import SystemClock
-from opencode_autoretry.diagnostics.diagnose import (
-    build_diagnose,
-    diagnose_json,
-    render_diagnose,
-    window_start,
-)
-from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
-from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
-from opencode_autoretry.diagnostics.render import Style
-from opencode_autoretry.diagnostics.timeline import build_timeline, render_timeline, timeline_json
-from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
-from opencode_autoretry.models import Session
-from opencode_autoretry.opencode.db import DbError, OpenCodeDB
-from opencode_autoretry.store import StoreError
 
+# Each report imports what it runs, when it runs: `autoretry --help` lists these commands and
+# must not load the classifier, the store (sqlite-utils) or the other reports to do so.
 if TYPE_CHECKING:
     from opencode_autoretry.app_context import AppContext
+    from opencode_autoretry.diagnostics.records import DaemonRecords
+    from opencode_autoretry.models import Session
+    from opencode_autoretry.opencode.db import OpenCodeDB
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -46,6 +37,8 @@ class ReportError(click.ClickException):
 @contextmanager
 def opened(db_path: Path) -> Iterator[OpenCodeDB]:
     """OpenCode's DB, read-only; every failure becomes one line and exit 2."""
+    from opencode_autoretry.opencode.db import DbError, OpenCodeDB
+
     try:
         db = OpenCodeDB.open(db_path)
         try:
@@ -59,6 +52,9 @@ def opened(db_path: Path) -> Iterator[OpenCodeDB]:
 def records_from(
     store: Path, session_id: str | None = None, since: datetime | None = None
 ) -> DaemonRecords:
+    from opencode_autoretry.diagnostics.records import load_records
+    from opencode_autoretry.store import StoreError
+
     try:
         return load_records(store, session_id, since)
     except StoreError as exc:
@@ -89,6 +85,14 @@ def bridge_path() -> Path:
 @click.pass_obj
 def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
     """Health check plus every abnormal step of the last DAYS days (0 = all)."""
+    from opencode_autoretry.diagnostics.diagnose import (
+        build_diagnose,
+        diagnose_json,
+        render_diagnose,
+        window_start,
+    )
+    from opencode_autoretry.diagnostics.render import Style
+
     settings, now = app.settings(), SystemClock().now()
     records = records_from(settings.store, since=window_start(now, days))
     with opened(settings.opencode_db) as db:
@@ -110,6 +114,13 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
 @click.pass_obj
 def timeline(app: AppContext, session: str, as_json: bool) -> None:
     """One session's steps, parts and the daemon's decisions (id, id prefix or slug)."""
+    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.timeline import (
+        build_timeline,
+        render_timeline,
+        timeline_json,
+    )
+
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         found = resolve_session(db, session)
@@ -123,6 +134,9 @@ def timeline(app: AppContext, session: str, as_json: bool) -> None:
 @click.pass_obj
 def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
     """The 10 newest errored steps, or at most 5 whose error contains KEYWORD."""
+    from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
+    from opencode_autoretry.diagnostics.render import Style
+
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         report = build_errors(db, keyword, now=now)
@@ -135,6 +149,10 @@ def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
 @click.pass_obj
 def trace(app: AppContext, scope: str, as_json: bool) -> None:
     """Each continuation with its trigger and outcome, and the decisions not to act."""
+    from opencode_autoretry.diagnostics.diagnose import window_start
+    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
+
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         days = int(scope) if scope.isdigit() else None

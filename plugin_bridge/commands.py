@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from opencode_autoretry import paths
-from opencode_autoretry.plugin_bridge import install as installer
 
+# The installer (hashing, sockets, package resources) is imported by the commands that run it,
+# so `autoretry --help` stays quick.
 if TYPE_CHECKING:
     from opencode_autoretry.app_context import AppContext
+    from opencode_autoretry.plugin_bridge import install as installer
 
 CONFIG_OPTION = click.option(
     "--opencode-config",
@@ -27,6 +29,8 @@ def _config_dir(config_dir: Path | None) -> Path:
 
 
 def _echo_steps(steps: list[installer.Step]) -> None:
+    from opencode_autoretry.plugin_bridge import install as installer
+
     for step in steps:
         note = (
             " (edited by you; --force to replace)" if step.action is installer.Action.KEPT else ""
@@ -44,6 +48,8 @@ def bridge() -> None:
 @click.option("--force", is_flag=True, help="Also replace files you edited.")
 def install_command(config_dir: Path | None, force: bool) -> None:
     """Copy the bridge plugin and the /autoretry command file into OpenCode's config dir."""
+    from opencode_autoretry.plugin_bridge import install as installer
+
     target = _config_dir(config_dir)
     steps = installer.install(target, force=force)
     _echo_steps(steps)
@@ -58,6 +64,8 @@ def install_command(config_dir: Path | None, force: bool) -> None:
 @click.option("--force", is_flag=True, help="Also remove files you edited.")
 def uninstall_command(config_dir: Path | None, force: bool) -> None:
     """Remove the bridge plugin and the /autoretry command file."""
+    from opencode_autoretry.plugin_bridge import install as installer
+
     _echo_steps(installer.uninstall(_config_dir(config_dir), force=force))
 
 
@@ -67,6 +75,8 @@ def uninstall_command(config_dir: Path | None, force: bool) -> None:
 @click.pass_obj
 def status_command(app: AppContext, config_dir: Path | None, as_json: bool) -> None:
     """Is the bridge installed and up to date, and is the daemon's socket alive?"""
+    from opencode_autoretry.plugin_bridge import install as installer
+
     target = _config_dir(config_dir)
     socket = app.settings().socket
     report: dict[str, Any] = {
