@@ -9,7 +9,7 @@ writes with every heartbeat: ``autoretry status`` renders it, and a restarted da
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Protocol
 
 from opencode_autoretry.daemon.actions import Actions
@@ -139,11 +139,21 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
     }
 
 
-def render_status(report: Mapping[str, Any]) -> str:
+def local_time(iso: str | None, zone: tzinfo | None = None) -> str:
+    """An ISO time from the report (UTC) as the other reports show times: local, to the second
+    (``zone`` None: the machine's zone)."""
+    if not iso:
+        return "-"
+    return datetime.fromisoformat(iso).astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
+    """The text of ``autoretry status``, times in local time (``--json`` keeps them UTC)."""
     daemon = report["daemon"]
     lines = [
         f"autoretry is {'on' if report['enabled'] else 'OFF'}",
-        "daemon: " + (f"running (pid {daemon['pid']}, heartbeat {daemon['heartbeat_age_s']} s ago)"
+        "daemon: " + (f"running (pid {daemon['pid']}, heartbeat {daemon['heartbeat_age_s']} s ago,"
+                      f" started {local_time(daemon['started'], zone)})"
                       if daemon["running"] else "not running"),
     ]
     off = [scope for scope, on in report["switches"].items() if not on and scope != "*"]
@@ -162,9 +172,9 @@ def render_status(report: Mapping[str, Any]) -> str:
         spent = f"  exhausted: {', '.join(t['exhausted'])}" if t["exhausted"] else ""
         lines.append(f"  {t['session_id']} {t['turn_id']}: {used}{spent}")
     lines.append(f"pending retries: {len(report['pending'])}")
-    lines += [f"  #{p['id']} {p['session_id']} {p['state']} due {p['due']}"
+    lines += [f"  #{p['id']} {p['session_id']} {p['state']} due {local_time(p['due'], zone)}"
               for p in report["pending"]]
     lines.append("last decisions:")
-    lines += [f"  {d['at']} {d['session_id']} {d['kind'] or '-'}: {d['reason']}"
+    lines += [f"  {local_time(d['at'], zone)} {d['session_id']} {d['kind'] or '-'}: {d['reason']}"
               for d in report["decisions"]]
     return "\n".join(lines)
