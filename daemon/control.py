@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from opencode_autoretry.daemon.actions import Actions
-from opencode_autoretry.daemon.sessions import Sessions
-from opencode_autoretry.plugin_bridge.protocol import Command, Hello, Reply
-from opencode_autoretry.store import Store, StoreView
+from opencode_autoretry.plugin_bridge.protocol import Command, Reply
+from opencode_autoretry.store import StoreView
+
+if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
+    from opencode_autoretry.daemon.actions import Actions
+    from opencode_autoretry.daemon.sessions import Sessions
+    from opencode_autoretry.plugin_bridge.protocol import Hello
+    from opencode_autoretry.store import Store
 
 
 class Loop(Protocol):
