@@ -27,6 +27,7 @@ from opencode_autoretry.budget import (
 from opencode_autoretry.classifier import classify
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.daemon import control
+from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
@@ -102,6 +103,7 @@ class Loop:
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
+        self.gap = GapReview(self.sessions, store, self.db, self._judge_after_gap)  # issue 11
         self.started = clock.now()
 
     # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
@@ -112,12 +114,18 @@ class Loop:
                 self._db = self._open_db()
             except DbError as exc:
                 log.debug("OpenCode DB not available: %s", exc)
+                self.gap.db_lost(self.clock.now())  # what ends now is judged when it is back
         return self._db
 
     # -- the run loop -----------------------------------------------------------------------
 
+    def start(self, now: datetime) -> None:
+        """Rebuild from the store, then look back on what ended while the daemon was down."""
+        self.recovery.rebuild(now)
+        self.gap.after_restart(now)
+
     def run(self, inbox: queue.Queue[object]) -> None:
-        self.recovery.rebuild(self.clock.now())
+        self.start(self.clock.now())
         next_tick = time.monotonic()
         while True:
             try:
@@ -151,12 +159,17 @@ class Loop:
             log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
                      item.hello.directory)
             self.recovery.adopt(item.conn_id, item.hello.pid, now)
+            self.gap.bridge_hello(item.conn_id, item.hello.pid, now)
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
+            hello = item.hello or self.bridges.pop(item.conn_id, None)
             self.bridges.pop(item.conn_id, None)
-            for view in self.sessions.drop_owner(item.conn_id):
+            dropped = self.sessions.drop_owner(item.conn_id)
+            for view in dropped:
                 log.info("session %s lost its owner (bridge %s closed)", view.session_id,
                          item.conn_id)
+            pid = hello.pid if hello is not None else None
+            self.gap.bridge_closed(pid, [v.session_id for v in dropped], now)
         elif isinstance(item, TimerDue):
             self.recovery.send_due(now)
         elif isinstance(item, DbRows):
@@ -169,6 +182,7 @@ class Loop:
             db = self.db()
             if db is not None and len(self.unowned):
                 self._judge_unowned(self.unowned.recheck(db, self._owned_now), now)
+            self.gap.tick(now)
             self.recovery.apply_switch(now)
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
@@ -320,6 +334,9 @@ class Loop:
         return view is not None and view.owner is not None
 
     # -- deciding ---------------------------------------------------------------------------
+
+    def _judge_after_gap(self, view: SessionView, now: datetime) -> None:
+        self.evaluate(view, now, settled=True)
 
     def evaluate(
         self, view: SessionView, now: datetime, *, error: ErrorInfo | None = None,

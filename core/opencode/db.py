@@ -274,6 +274,12 @@ class OpenCodeDB:
         rows = self._message_rows("id > ?", (message_id or "",), f"ORDER BY id LIMIT {int(limit)}")
         return self.with_parts(rows)
 
+    def sessions_with_messages_since(self, cut: datetime) -> set[str]:
+        """Sessions with a message created at or after ``cut`` (a rowid range, no scan)."""
+        sql = "SELECT session_id FROM message WHERE rowid >= ? AND time_created >= ?"
+        rows = self._rows(sql, (self.first_rowid_since("message", cut), to_epoch_ms(cut)))
+        return {r[0] for r in rows}
+
     def max_event_rowid(self) -> int:
         if not self._has_table("event"):
             return 0
