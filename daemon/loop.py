@@ -27,8 +27,8 @@ from opencode_autoretry.budget import (
 from opencode_autoretry.classifier import classify
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.daemon import control
-from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
+from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
     BridgeConnected,
