@@ -81,7 +81,7 @@ class GapReview:
         self._waiting: dict[str, Waiting] = {}
         self._ready: dict[str, datetime] = {}  # owner back: judge once the DB is readable
         self._scans: list[tuple[datetime, str]] = []  # (since, why) of DB-wide look-backs
-        self._db_lost: datetime | None = None
+        self._lost: dict[str, datetime] = {}  # why -> when a part was first lost
         self.judged = 0  # turns judged after a gap (status, tests)
 
     # -- what opens a gap ---------------------------------------------------------------------
@@ -108,10 +108,9 @@ class GapReview:
         for session_id in session_ids:
             self._waiting.setdefault(session_id, Waiting(at - MARGIN, pid, at))
 
-    def db_lost(self, at: datetime) -> None:
-        """OpenCode's DB could not be read: what ends from now on may go unjudged."""
-        if self._db_lost is None:
-            self._db_lost = at
+    def lost(self, at: datetime, why: str) -> None:
+        """A part failed (OpenCode's DB, the store): what ends from now on may go unjudged."""
+        self._lost.setdefault(why, at)
 
     # -- what closes it -----------------------------------------------------------------------
 
@@ -135,16 +134,17 @@ class GapReview:
         db = self._db()
         if db is None:
             return 0
-        if self._db_lost is not None:
-            self._scans.append((self._db_lost - MARGIN, "OpenCode's DB was unreadable"))
-            self._db_lost = None
+        for why, at in self._lost.items():
+            self._scans.append((at - MARGIN, why))
+        self._lost.clear()
         judged = 0
         seen = set(self._waiting) | set(self._ready)  # these have their own review
-        while self._scans:
-            since, why = self._scans.pop(0)
+        while self._scans:  # a scan that fails (a part again) stays for the next tick
+            since, why = self._scans[0]
             found = sorted(db.sessions_with_messages_since(since - LOOKBACK) - seen)
-            seen.update(found)
             count = sum(self._review(s, since, now) for s in found)
+            seen.update(found)
+            self._scans.pop(0)
             log.info("gap: %s since %s: %d of %d sessions judged", why, since.isoformat(),
                      count, len(found))
             judged += count
@@ -153,8 +153,11 @@ class GapReview:
     def _judge_ready(self, now: datetime) -> int:
         if not self._ready or self._db() is None:
             return 0  # judged once OpenCode's DB is readable again (see ``tick``)
-        ready, self._ready = self._ready, {}
-        return sum(self._review(s, since, now) for s, since in sorted(ready.items()))
+        judged = 0
+        for session_id, since in sorted(self._ready.items()):
+            judged += self._review(session_id, since, now)
+            del self._ready[session_id]  # only once judged: a failing part leaves it here
+        return judged
 
     def waiting(self) -> list[str]:
         return sorted(self._waiting)

@@ -12,6 +12,7 @@ import logging
 import os
 import queue
 import random
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -28,6 +29,7 @@ from opencode_autoretry.classifier import classify
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
+from opencode_autoretry.daemon.db_guard import DbGuard
 from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
@@ -37,6 +39,7 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.parts import STORE, PartHealth
 from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
@@ -85,14 +88,16 @@ class Loop:
         *,
         rand: Callable[[], float] = random.random,
         pid: int | None = None,
+        parts: PartHealth | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.policy = policy
         self.sessions = Sessions()
-        self._open_db = open_db
-        self._db: OpenCodeDB | None = None
+        self.parts = parts or PartHealth()  # issue 11: what is broken, for the log and status
+        self._dbs = DbGuard(settings.opencode_db, open_db, self.parts, clock.now,
+                            lambda at: self.gap.lost(at, "OpenCode's DB was unreadable"))
         self._rand = rand
         self._pid = pid if pid is not None else os.getpid()
         self.bridges: dict[str, protocol.Hello | None] = {}
@@ -109,13 +114,7 @@ class Loop:
     # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
 
     def db(self) -> OpenCodeDB | None:
-        if self._db is None:
-            try:
-                self._db = self._open_db()
-            except DbError as exc:
-                log.debug("OpenCode DB not available: %s", exc)
-                self.gap.db_lost(self.clock.now())  # what ends now is judged when it is back
-        return self._db
+        return self._dbs.get()
 
     # -- the run loop -----------------------------------------------------------------------
 
@@ -147,9 +146,20 @@ class Loop:
         now = self.clock.now()
         try:
             self._dispatch(item, now)
+        except (DbError, sqlite3.Error) as exc:  # a part failed: said once, judged after it
+            self.part_failed(exc, now)
         except Exception:  # one bad item must not stop the daemon
             log.exception("failed to handle %r", type(item).__name__)
         return True
+
+    def part_failed(self, exc: BaseException, now: datetime) -> None:
+        """OpenCode's DB (``DbError``) or the store (sqlite) failed under the loop: what the
+        item would have judged is judged again by the gap review once the part is back."""
+        if isinstance(exc, DbError):
+            self._dbs.failed(exc, now)
+        else:
+            self.parts.fail(STORE, f"{type(exc).__name__}: {exc}", now)
+            self.gap.lost(now, "the autoretry store was unusable")
 
     def _dispatch(self, item: object, now: datetime) -> None:
         if isinstance(item, BridgeMessage):
@@ -178,6 +188,10 @@ class Loop:
     def tick(self) -> None:
         now = self.clock.now()
         try:
+            self._dbs.check(now)
+            if self.parts.down(STORE) is not None:
+                self.beat(now)  # the cheapest write: does the store work again?
+                self.parts.ok(STORE, now)
             self._check_stalls(now)
             db = self.db()
             if db is not None and len(self.unowned):
@@ -188,6 +202,8 @@ class Loop:
             self.recovery.check_sent(now)
             if self._last_beat is None or now - self._last_beat >= HEARTBEAT_EVERY:
                 self.beat(now)
+        except (DbError, sqlite3.Error) as exc:
+            self.part_failed(exc, now)
         except Exception:
             log.exception("tick failed")
 

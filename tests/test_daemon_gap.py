@@ -190,8 +190,8 @@ def test_turns_that_ended_while_opencodes_db_was_unreadable_are_judged(tmp_path)
     h.blank_step(sid, user)
     db = h.settings.opencode_db
     hidden = db.with_name("hidden.db")
-    h.loop._db = None  # noqa: SLF001  the open connection would still read the old file
     db.rename(hidden)
+    h.advance(1)  # the tick notices the file is gone
     h.idle(sid)  # the end of the turn arrives, but the DB cannot be read
     h.advance(1)
     assert h.prompts() == []
