@@ -75,8 +75,10 @@ class DbGuard:
         self._down(exc, now)
 
     def check(self, now: datetime) -> None:
-        """Per tick: a DB file deleted or replaced under the open connection."""
+        """Per tick: a DB file deleted or replaced under the open connection; a DB that is
+        down is tried again (so its coming back is seen without waiting for an event)."""
         if self._db is None:
+            self.get()
             return
         identity = file_identity(self._path)
         if identity == self._identity:

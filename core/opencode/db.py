@@ -69,7 +69,7 @@ class OpenCodeDB:
         self._conn = conn
 
     @classmethod
-    def open(cls, path: Path) -> OpenCodeDB:
+    def open(cls, path: Path, timeout: float = BUSY_TIMEOUT_S) -> OpenCodeDB:
         path = Path(path).expanduser()
         if not path.is_file():
             raise DbMissing(path)
@@ -77,7 +77,7 @@ class OpenCodeDB:
         try:
             # Read-only and used by one thread at a time, so it may be handed between threads
             # (the daemon opens it on one and tails on another); never use it concurrently.
-            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
         except sqlite3.Error as exc:
             raise DbUnreadable(f"cannot open {path}: {one_line(exc)}") from exc
         db = cls(path, conn)
