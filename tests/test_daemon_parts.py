@@ -29,7 +29,7 @@ from opencode_autoretry.daemon.loop import Loop  # noqa: E402
 from opencode_autoretry.daemon.parts import OPENCODE_DB, SOCKET, STORE  # noqa: E402
 from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
 from opencode_autoretry.opencode.dbtypes import DbUnreadable  # noqa: E402
-from opencode_autoretry.store import Store  # noqa: E402
+from opencode_autoretry.store import Store, StoreView  # noqa: E402
 
 WAIT = 5.0
 
@@ -289,3 +289,26 @@ def test_socket_directory_removed_while_running_is_listened_on_again():
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_status_says_which_part_is_down(tmp_path):
+    h, _ = harness(tmp_path)
+    sid = ended_blank(h)
+    FlakyDB.failing = "database is locked"
+    h.idle(sid)
+    h.loop.beat(h.clock.now())
+    view = StoreView.open(h.settings.store)
+    try:
+        report = control.status_report(view, h.clock.now())
+    finally:
+        view.close()
+    text = control.render_status(report)
+    assert "problem: OpenCode's DB: cannot read" in text and "database is locked" in text
+    FlakyDB.failing = None
+    h.advance(1)
+    h.loop.beat(h.clock.now())
+    view = StoreView.open(h.settings.store)
+    try:
+        assert "problem:" not in control.render_status(control.status_report(view, h.clock.now()))
+    finally:
+        view.close()
