@@ -186,10 +186,12 @@ class Actions:
             id=request_id, session_id=injection.session_id, text=injection.text, agent=agent,
             model=model, variant=variant, marker=marker,
         )
+        # Marked sent before it leaves: a store that fails here stops the send, and a crash
+        # after it leaves cannot make the intent look unsent (never twice, issue 11).
+        self.store.mark_sent(injection.id, now)
         if not self._bridge.send(owner, prompt):
             self._close(injection, now, "not sent: bridge connection lost", failed=True)
             return Outcome(False, "bridge connection lost")
-        self.store.mark_sent(injection.id, now)
         self.pending.pop(injection.session_id, None)
         self.log_line(injection.session_id, f"autoretry sent {injection.text!r}")
         return Outcome(True, "sent")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from opencode_autoretry.clock import Clock, SystemClock
+from opencode_autoretry.daemon.parts import SOCKET, PartHealth
 from opencode_autoretry.plugin_bridge import protocol
 from opencode_autoretry.plugin_bridge.protocol import (
     MAX_LINE_BYTES,
@@ -175,6 +176,7 @@ class BridgeServer:
         max_line: int = MAX_LINE_BYTES,
         write_timeout: float = 5.0,
         daemon_version: str = DAEMON_VERSION,
+        parts: PartHealth | None = None,
     ) -> None:
         self.path = path
         self._inbox = inbox
@@ -190,20 +192,41 @@ class BridgeServer:
         self._listener: socket.socket | None = None
         self._threads: list[threading.Thread] = []
         self._inode: int | None = None
+        self._parts = parts or PartHealth()
 
     # ------------------------------------------------------------ lifecycle
 
     def start(self) -> BridgeServer:
+        self._listener = self._listen()
+        self._spawn(self._accept_loop, "bridge-accept")
+        return self
+
+    def _listen(self) -> socket.socket:
         _prepare_path(self.path)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         listener.bind(str(self.path))
         os.chmod(self.path, 0o600)
         listener.listen(16)
-        listener.settimeout(0.2)  # lets the accept loop notice stop()
-        self._listener = listener
+        listener.settimeout(0.2)  # lets the accept loop notice stop() and a removed socket
         self._inode = self.path.stat().st_ino
-        self._spawn(self._accept_loop, "bridge-accept")
-        return self
+        return listener
+
+    def _relisten_if_removed(self) -> None:
+        """The socket file (or its directory) was removed while running: bridges could not
+        reach us any more, so bind a new one (connected bridges keep their connections)."""
+        if self.path.exists() or self.path.is_symlink() or self._stop.is_set():
+            return
+        self._parts.fail(SOCKET, f"{self.path} was removed while running", self._clock.now())
+        try:
+            listener = self._listen()
+        except (OSError, SocketBusyError) as exc:
+            self._parts.fail(SOCKET, f"cannot listen on {self.path} again: {exc}",
+                             self._clock.now())
+            return
+        old, self._listener = self._listener, listener
+        if old is not None:
+            old.close()
+        self._parts.ok(SOCKET, self._clock.now())
 
     def stop(self) -> None:
         self._stop.set()
@@ -281,6 +304,7 @@ class BridgeServer:
             try:
                 sock, _ = self._listener.accept()
             except TimeoutError:
+                self._relisten_if_removed()
                 continue
             except OSError:
                 return  # listener closed by stop()

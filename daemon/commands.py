@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("opencode_autoretry.daemon")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: A locked OpenCode DB holds the loop at most this long per read (then it is marked down).
+LOOP_DB_TIMEOUT_S = 1.0
 
 
 def setup_logging(settings: Settings, foreground: bool) -> None:
@@ -52,6 +54,7 @@ def serve(settings: Settings) -> int:
     from opencode_autoretry.daemon.bridges import BridgeServer
     from opencode_autoretry.daemon.inbox import Shutdown
     from opencode_autoretry.daemon.loop import Loop
+    from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.scheduler import RetryScheduler
     from opencode_autoretry.daemon.sources import DbTailer
     from opencode_autoretry.daemon.watch import WalWatcher
@@ -62,12 +65,14 @@ def serve(settings: Settings) -> int:
     policy = load_policy(settings.policy)
     store = Store.open(settings.store)
     inbox: queue.Queue[object] = queue.Queue()
-    bridges = BridgeServer(settings.socket, inbox)
+    parts = PartHealth()  # what is broken: logged once, shown by `autoretry status`
+    bridges = BridgeServer(settings.socket, inbox, parts=parts)
     timers = RetryScheduler(inbox)
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
-    loop = Loop(settings, store, bridges, lambda: OpenCodeDB.open(settings.opencode_db), timers,
-                SystemClock(), policy)
+    loop = Loop(settings, store, bridges,
+                lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
+                SystemClock(), policy, parts=parts)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))

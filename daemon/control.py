@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
+from opencode_autoretry.daemon.parts import describe
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
 from opencode_autoretry.store import StoreView
 
@@ -101,6 +102,7 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         "owners": {v.session_id: pids[v.owner] for v in views if v.owner in pids},
         "sessions": {v.session_id: {"status": v.status, "owner": v.owner} for v in views},
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
+        "parts": loop.parts.report(),  # issue 11: the parts that do not work right now
     }
 
 
@@ -123,6 +125,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
         "bridges": list(info.get("bridges", [])),
         "sessions": dict(info.get("sessions", {})),
         "no_owner": list(info.get("no_owner", [])),
+        "problems": dict(info.get("parts", {})) if running else {},
         "turns": [
             {"session_id": ledger.session_id, "turn_id": ledger.turn_id,
              "used": {str(k): v for k, v in ledger.used.items()},
@@ -163,6 +166,7 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     off = [scope for scope, on in report["switches"].items() if not on and scope != "*"]
     if off:
         lines.append("off for sessions: " + ", ".join(off))
+    lines += describe(report.get("problems", {}))
     lines.append(f"bridges: {len(report['bridges'])}")
     lines += [f"  pid {b.get('pid')}  {b.get('directory')}  {b.get('url') or '-'}"
               for b in report["bridges"]]

@@ -12,6 +12,7 @@ import logging
 import os
 import queue
 import random
+import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -28,6 +29,8 @@ from opencode_autoretry.classifier import classify
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
+from opencode_autoretry.daemon.db_guard import DbGuard
+from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
     BridgeConnected,
@@ -36,6 +39,7 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.parts import STORE, PartHealth
 from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
@@ -84,14 +88,16 @@ class Loop:
         *,
         rand: Callable[[], float] = random.random,
         pid: int | None = None,
+        parts: PartHealth | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.policy = policy
         self.sessions = Sessions()
-        self._open_db = open_db
-        self._db: OpenCodeDB | None = None
+        self.parts = parts or PartHealth()  # issue 11: what is broken, for the log and status
+        self._dbs = DbGuard(settings.opencode_db, open_db, self.parts, clock.now,
+                            lambda at: self.gap.lost(at, "OpenCode's DB was unreadable"))
         self._rand = rand
         self._pid = pid if pid is not None else os.getpid()
         self.bridges: dict[str, protocol.Hello | None] = {}
@@ -102,22 +108,23 @@ class Loop:
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
+        self.gap = GapReview(self.sessions, store, self.db, self._judge_after_gap)  # issue 11
         self.started = clock.now()
 
     # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
 
     def db(self) -> OpenCodeDB | None:
-        if self._db is None:
-            try:
-                self._db = self._open_db()
-            except DbError as exc:
-                log.debug("OpenCode DB not available: %s", exc)
-        return self._db
+        return self._dbs.get()
 
     # -- the run loop -----------------------------------------------------------------------
 
+    def start(self, now: datetime) -> None:
+        """Rebuild from the store, then look back on what ended while the daemon was down."""
+        self.recovery.rebuild(now)
+        self.gap.after_restart(now)
+
     def run(self, inbox: queue.Queue[object]) -> None:
-        self.recovery.rebuild(self.clock.now())
+        self.start(self.clock.now())
         next_tick = time.monotonic()
         while True:
             try:
@@ -139,9 +146,20 @@ class Loop:
         now = self.clock.now()
         try:
             self._dispatch(item, now)
+        except (DbError, sqlite3.Error) as exc:  # a part failed: said once, judged after it
+            self.part_failed(exc, now)
         except Exception:  # one bad item must not stop the daemon
             log.exception("failed to handle %r", type(item).__name__)
         return True
+
+    def part_failed(self, exc: BaseException, now: datetime) -> None:
+        """OpenCode's DB (``DbError``) or the store (sqlite) failed under the loop: what the
+        item would have judged is judged again by the gap review once the part is back."""
+        if isinstance(exc, DbError):
+            self._dbs.failed(exc, now)
+        else:
+            self.parts.fail(STORE, f"{type(exc).__name__}: {exc}", now)
+            self.gap.lost(now, "the autoretry store was unusable")
 
     def _dispatch(self, item: object, now: datetime) -> None:
         if isinstance(item, BridgeMessage):
@@ -151,12 +169,17 @@ class Loop:
             log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
                      item.hello.directory)
             self.recovery.adopt(item.conn_id, item.hello.pid, now)
+            self.gap.bridge_hello(item.conn_id, item.hello.pid, now)
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
+            hello = item.hello or self.bridges.pop(item.conn_id, None)
             self.bridges.pop(item.conn_id, None)
-            for view in self.sessions.drop_owner(item.conn_id):
+            dropped = self.sessions.drop_owner(item.conn_id)
+            for view in dropped:
                 log.info("session %s lost its owner (bridge %s closed)", view.session_id,
                          item.conn_id)
+            pid = hello.pid if hello is not None else None
+            self.gap.bridge_closed(pid, [v.session_id for v in dropped], now)
         elif isinstance(item, TimerDue):
             self.recovery.send_due(now)
         elif isinstance(item, DbRows):
@@ -165,15 +188,22 @@ class Loop:
     def tick(self) -> None:
         now = self.clock.now()
         try:
+            self._dbs.check(now)
+            if self.parts.down(STORE) is not None:
+                self.beat(now)  # the cheapest write: does the store work again?
+                self.parts.ok(STORE, now)
             self._check_stalls(now)
             db = self.db()
             if db is not None and len(self.unowned):
                 self._judge_unowned(self.unowned.recheck(db, self._owned_now), now)
+            self.gap.tick(now)
             self.recovery.apply_switch(now)
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
             if self._last_beat is None or now - self._last_beat >= HEARTBEAT_EVERY:
                 self.beat(now)
+        except (DbError, sqlite3.Error) as exc:
+            self.part_failed(exc, now)
         except Exception:
             log.exception("tick failed")
 
@@ -320,6 +350,9 @@ class Loop:
         return view is not None and view.owner is not None
 
     # -- deciding ---------------------------------------------------------------------------
+
+    def _judge_after_gap(self, view: SessionView, now: datetime) -> None:
+        self.evaluate(view, now, settled=True)
 
     def evaluate(
         self, view: SessionView, now: datetime, *, error: ErrorInfo | None = None,

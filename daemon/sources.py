@@ -8,6 +8,7 @@ goes into the inbox as one ``DbRows`` item. It never decides anything.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import sqlite3
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from opencode_autoretry.daemon.db_guard import file_identity
 from opencode_autoretry.daemon.inbox import DbRows
 from opencode_autoretry.models import Message, Role
 from opencode_autoretry.opencode.dbtypes import DbError
@@ -60,6 +62,7 @@ class DbTailer:
         self._batch = batch
         self._reader: TailReader | None = None
         self._reader_thread: int | None = None
+        self._identity: tuple[int, int] | None = None
         self._primed = False
         self._rowid = 0
         self._message_id: str | None = None
@@ -97,10 +100,25 @@ class DbTailer:
                 log.debug("OpenCode DB not readable yet: %s", exc)
                 return None
             self._reader_thread = thread
+            path = getattr(self._reader, "path", None)
+            self._identity = file_identity(path) if path is not None else None
         return self._reader
+
+    def _follow_replacement(self) -> None:
+        """A deleted or replaced DB file: the old connection would read the old file forever,
+        and the cursors belong to it. Start over at the new file's end (the loop's gap review
+        judges what was written before we looked)."""
+        path = getattr(self._reader, "path", None)
+        if path is None or file_identity(path) == self._identity:
+            return
+        log.info("OpenCode's DB %s was replaced or removed; following the new file", path)
+        with contextlib.suppress(Exception):
+            self._reader.close()  # type: ignore[union-attr]
+        self._reader, self._primed = None, False
 
     def read_new(self) -> DbRows | None:
         """Read everything after the cursors, enqueue it as one item and return it."""
+        self._follow_replacement()
         reader = self._reader_here() if self.prime() else None
         if reader is None:
             return None

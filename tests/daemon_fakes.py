@@ -89,7 +89,7 @@ class Harness:
             lambda: OpenCodeDB.open(self.settings.opencode_db), self.timers, self.clock,
             self.policy, rand=lambda: 0.0, pid=999,
         )
-        loop.recovery.rebuild(self.clock.now())
+        loop.start(self.clock.now())
         return loop
 
     # -- bridge traffic -----------------------------------------------------------------------

@@ -69,7 +69,7 @@ class OpenCodeDB:
         self._conn = conn
 
     @classmethod
-    def open(cls, path: Path) -> OpenCodeDB:
+    def open(cls, path: Path, timeout: float = BUSY_TIMEOUT_S) -> OpenCodeDB:
         path = Path(path).expanduser()
         if not path.is_file():
             raise DbMissing(path)
@@ -77,7 +77,7 @@ class OpenCodeDB:
         try:
             # Read-only and used by one thread at a time, so it may be handed between threads
             # (the daemon opens it on one and tails on another); never use it concurrently.
-            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+            conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
         except sqlite3.Error as exc:
             raise DbUnreadable(f"cannot open {path}: {one_line(exc)}") from exc
         db = cls(path, conn)
@@ -273,6 +273,12 @@ class OpenCodeDB:
         """Messages with an id above ``message_id`` (all when ``None``), by id, with parts."""
         rows = self._message_rows("id > ?", (message_id or "",), f"ORDER BY id LIMIT {int(limit)}")
         return self.with_parts(rows)
+
+    def sessions_with_messages_since(self, cut: datetime) -> set[str]:
+        """Sessions with a message created at or after ``cut`` (a rowid range, no scan)."""
+        sql = "SELECT session_id FROM message WHERE rowid >= ? AND time_created >= ?"
+        rows = self._rows(sql, (self.first_rowid_since("message", cut), to_epoch_ms(cut)))
+        return {r[0] for r in rows}
 
     def max_event_rowid(self) -> int:
         if not self._has_table("event"):

@@ -1,0 +1,199 @@
+"""After a gap, the turns that ended unseen are judged from OpenCode's DB, once, as if live.
+
+A gap is a stretch of time in which the loop could not see a session's events: the daemon was
+down (restart, upgrade, crash), a bridge was disconnected (its events are not queued while the
+daemon is away), or OpenCode's DB could not be read (an event came, but the turn behind it could
+not be judged). Nothing is replayed by anyone, so the loop looks back itself:
+
+- daemon restarted: sessions the previous daemon saw owned wait for their bridge's hello (the
+  owners are in the last heartbeat); every other session with a message since the last
+  heartbeat is judged at once, as the DB-only watch would have;
+- a bridge reconnected: the sessions it owned when it closed are idle and settled: their last
+  turn is judged when it says hello again;
+- OpenCode's DB came back: every session with a message since it was lost is judged.
+
+Exactly once: a turn whose failure the store already has a decision for (other than a skip for
+a reason that has passed, such as "no live owner") was judged before the gap and is left alone;
+the ledger's ``handled`` set makes a judged failure unable to spend (and send) again anyway.
+The look-back is bounded: only turns whose last step ended after the gap began (less
+``LOOKBACK`` for a step OpenCode kept open with its own retries) are judged, never old history.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from opencode_autoretry.daemon.sessions import Sessions, SessionView
+from opencode_autoretry.models import Action, Message, Turn
+from opencode_autoretry.store import DecisionRecord, Heartbeat
+
+log = logging.getLogger(__name__)
+
+#: The previous daemon may not have judged what happened in its last two heartbeat periods.
+MARGIN = timedelta(seconds=10)
+#: A failing step stays open while OpenCode retries it itself (~70 s for a 5xx): a step created
+#: this long before the gap can still have ended inside it.
+LOOKBACK = timedelta(seconds=120)
+#: Sessions waiting for their bridge are judged without one after this (recorded, never sent).
+OWNER_GRACE = timedelta(seconds=90)
+#: Skips whose reason can have passed by the end of a gap: the turn is judged again.
+TRANSIENT_SKIPS = ("no live owner", "session is busy", "retrying itself", "waiting on")
+
+
+class GapReader(Protocol):
+    """The part of ``OpenCodeDB`` the review reads."""
+
+    def last_turn(self, session_id: str) -> Turn | None: ...
+    def sessions_with_messages_since(self, cut: datetime) -> set[str]: ...
+
+
+class DecisionReader(Protocol):
+    def heartbeat(self) -> Heartbeat | None: ...
+    def decisions(self, session_id: str | None = None,
+                  since: datetime | None = None) -> list[DecisionRecord]: ...
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A session whose events were lost, waiting for the bridge of process ``pid``."""
+
+    since: datetime
+    pid: int
+    opened: datetime
+
+
+class GapReview:
+    def __init__(
+        self,
+        sessions: Sessions,
+        store: DecisionReader,
+        db: Callable[[], GapReader | None],
+        judge: Callable[[SessionView, datetime], object],
+    ) -> None:
+        self._sessions = sessions
+        self._store = store
+        self._db = db
+        self._judge = judge
+        self._waiting: dict[str, Waiting] = {}
+        self._ready: dict[str, datetime] = {}  # owner back: judge once the DB is readable
+        self._scans: list[tuple[datetime, str]] = []  # (since, why) of DB-wide look-backs
+        self._lost: dict[str, datetime] = {}  # why -> when a part was first lost
+        self.judged = 0  # turns judged after a gap (status, tests)
+
+    # -- what opens a gap ---------------------------------------------------------------------
+
+    def after_restart(self, now: datetime) -> None:
+        """Start-up: the gap began at the previous daemon's last heartbeat (none: first run,
+        nothing to look back on)."""
+        beat = self._store.heartbeat()
+        if beat is None:
+            return
+        since = beat.at - MARGIN
+        owners = beat.info.get("owners", {})
+        for session_id, pid in owners.items() if isinstance(owners, dict) else ():
+            if str(pid).isdigit():
+                self._waiting[str(session_id)] = Waiting(since, int(pid), now)
+        self._scans.append((since, "the daemon was down"))
+        log.info("gap: the daemon was down since %s; %d owned sessions wait for their bridge",
+                 beat.at.isoformat(), len(self._waiting))
+
+    def bridge_closed(self, pid: int | None, session_ids: Iterable[str], at: datetime) -> None:
+        """Its sessions' events stop here; they are judged when the process says hello again."""
+        if pid is None:
+            return
+        for session_id in session_ids:
+            self._waiting.setdefault(session_id, Waiting(at - MARGIN, pid, at))
+
+    def lost(self, at: datetime, why: str) -> None:
+        """A part failed (OpenCode's DB, the store): what ends from now on may go unjudged."""
+        self._lost.setdefault(why, at)
+
+    # -- what closes it -----------------------------------------------------------------------
+
+    def bridge_hello(self, conn_id: str, pid: int, now: datetime) -> int:
+        """The process is back: it owns its sessions again and their last turns are judged."""
+        mine = sorted(s for s, w in self._waiting.items() if w.pid == pid)
+        for session_id in mine:
+            view = self._sessions.ensure(session_id)
+            if view.owner is None:
+                view.owner = conn_id
+            self._ready[session_id] = self._waiting.pop(session_id).since
+        if mine:
+            log.info("gap: bridge %s (pid %d) is back with %d sessions", conn_id, pid, len(mine))
+        return self._judge_ready(now)
+
+    def tick(self, now: datetime) -> int:
+        """Runs the look-backs the DB allows now; judges sessions whose bridge never came."""
+        for session_id, waiting in list(self._waiting.items()):
+            if now - waiting.opened >= OWNER_GRACE:
+                self._ready[session_id] = self._waiting.pop(session_id).since
+        db = self._db()
+        if db is None:
+            return 0
+        for why, at in self._lost.items():
+            self._scans.append((at - MARGIN, why))
+        self._lost.clear()
+        judged = 0
+        seen = set(self._waiting) | set(self._ready)  # these have their own review
+        while self._scans:  # a scan that fails (a part again) stays for the next tick
+            since, why = self._scans[0]
+            found = sorted(db.sessions_with_messages_since(since - LOOKBACK) - seen)
+            count = sum(self._review(s, since, now) for s in found)
+            seen.update(found)
+            self._scans.pop(0)
+            log.info("gap: %s since %s: %d of %d sessions judged", why, since.isoformat(),
+                     count, len(found))
+            judged += count
+        return judged + self._judge_ready(now)
+
+    def _judge_ready(self, now: datetime) -> int:
+        if not self._ready or self._db() is None:
+            return 0  # judged once OpenCode's DB is readable again (see ``tick``)
+        judged = 0
+        for session_id, since in sorted(self._ready.items()):
+            judged += self._review(session_id, since, now)
+            del self._ready[session_id]  # only once judged: a failing part leaves it here
+        return judged
+
+    def waiting(self) -> list[str]:
+        return sorted(self._waiting)
+
+    # -- judging one session ------------------------------------------------------------------
+
+    def _review(self, session_id: str, since: datetime, now: datetime) -> int:
+        db = self._db()
+        turn = db.last_turn(session_id) if db is not None else None
+        step = turn.last_step if turn is not None else None
+        if step is None or not ended(step) or ended_at(step) < since - LOOKBACK:
+            return 0
+        view = self._sessions.ensure(session_id)
+        if view.busy or self._judged_before(session_id, step.id, since - LOOKBACK):
+            return 0  # live events decide a busy session; a judged failure stays judged
+        log.info("gap: judging %s (step %s ended %s)", session_id, step.id,
+                 ended_at(step).isoformat())
+        self._judge(view, now)
+        self.judged += 1
+        return 1
+
+    def _judged_before(self, session_id: str, message_id: str, since: datetime) -> bool:
+        for decision in self._store.decisions(session_id, since=since):
+            if decision.message_id != message_id:
+                continue
+            transient = decision.action == str(Action.SKIP) and any(
+                reason in decision.reason for reason in TRANSIENT_SKIPS)
+            if not transient:
+                return True
+        return False
+
+
+def ended(step: Message) -> bool:
+    """OpenCode is done with the step: a finish, an error or a completion time."""
+    return step.finish is not None or step.error is not None or step.time_completed is not None
+
+
+def ended_at(step: Message) -> datetime:
+    return step.time_completed or step.time_created

@@ -1,0 +1,68 @@
+"""Issue 11, the restart gap, on the real OpenCode 1.18.33: faults that end while the daemon is
+down are judged when it is back, from OpenCode's DB, exactly once.
+
+The daemon is SIGKILLed with four sessions on one OpenCode: one whose blank replies already
+exhausted their budget before the kill, and three that are prompted while it is down (a blank
+reply, a rate limit after OpenCode's own six attempts, a healthy answer). The restarted daemon
+must continue the two failures once each and leave the other two alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+from daemon_process import DaemonProcess, wait_until
+from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok, injected
+
+pytestmark = pytest.mark.e2e
+
+
+def owners(d: DaemonProcess) -> dict[str, int]:
+    view = d.store()
+    try:
+        beat = view.heartbeat()
+    finally:
+        view.close()
+    return dict(beat.info.get("owners", {})) if beat is not None else {}
+
+
+def test_faults_that_end_while_the_daemon_is_down_are_continued_once(
+    provider, daemon, start_opencode
+):
+    d = daemon()
+    server = connect(start_opencode, d)
+    spent = server.create_session()["id"]
+    provider.script(["blank"] * 3)  # continued twice, then the budget is exhausted
+    server.prompt_async(spent, "Say hello")
+    wait_until(lambda: [x.action for x in decisions(d, spent)] == ["inject", "inject", "notify"],
+               TURN, "the blank budget is spent before the kill")
+    server.wait_idle(spent, TURN)
+    spent_requests = len(provider.requests())
+
+    blank, limited, healthy = (server.create_session()["id"] for _ in range(3))
+    wait_until(lambda: {blank, limited, healthy} <= owners(d).keys(), TURN,
+               "the owners are in the heartbeat")
+    d.kill()
+    server.prompt_async(blank, "Say hello [[s:blank]]")
+    server.prompt_async(limited, "Say hello [[s:http429:0.1]]")  # 6 attempts, then final
+    server.prompt_async(healthy, "Say hello")
+    for session in (blank, limited, healthy):
+        server.wait_idle(session, TURN)
+    in_gap = len(provider.requests())
+    assert in_gap - spent_requests == 1 + 6 + 1
+
+    mark = len(d.lines())
+    d.start()
+    d.wait_log("connected: pid", TURN, after=mark)  # the same OpenCode reconnects
+    for session in (blank, limited):
+        confirmed(d, session)
+        wait_until(lambda s=session: finished_ok(server, s), TURN, "the turn completes")
+    d.wait_log("gap: the daemon was down since", TURN, after=mark)
+    d.wait_log("sessions judged", TURN, after=mark)  # the DB-wide look-back ran too
+
+    assert len(injected(server, blank)) == 1 and len(injected(server, limited)) == 1
+    assert len(provider.requests()) == in_gap + 2  # exactly one continuation each
+    assert [x.kind for x in decisions(d, blank)] == ["blank"]
+    assert [x.kind for x in decisions(d, limited)] == ["rate_limit"]
+    assert decisions(d, healthy) == [] and injected(server, healthy) == []
+    assert [x.action for x in decisions(d, spent)] == ["inject", "inject", "notify"]
+    assert len(injected(server, spent)) == 2

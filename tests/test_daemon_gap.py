@@ -1,0 +1,203 @@
+"""After a gap (daemon down, bridge away, OpenCode's DB unreadable) every turn that ended in it
+is judged from OpenCode's DB, exactly once, and nothing older (issue 11, the restart gap)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
+
+from opencode_autoretry.daemon.gap import LOOKBACK, OWNER_GRACE  # noqa: E402
+
+
+def owned_session(h: Harness) -> tuple[str, str]:
+    """A session its bridge reported, with a turn in flight; the owner reaches the heartbeat."""
+    sid = h.session()
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    h.loop.beat(h.clock.now())
+    return sid, user
+
+
+def kill(h: Harness) -> None:
+    """SIGKILL: the daemon's memory is gone; its last heartbeat is in the store."""
+    h.loop.beat(h.clock.now())
+    h.bridge.sent.clear()
+    h.timers.armed.clear()
+    h.loop = None  # type: ignore[assignment]
+
+
+def revive(h: Harness, seconds: float = 1.0) -> None:
+    h.clock.advance(seconds)
+    h.rows.clock = int(h.clock.now().timestamp() * 1000)
+    h.loop = h.new_loop()
+
+
+def test_failure_that_ended_while_the_daemon_was_down_is_continued_once(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    blank, blank_user = owned_session(h)
+    errored, errored_user = owned_session(h)
+    healthy, healthy_user = owned_session(h)
+    kill(h)
+    h.blank_step(blank, blank_user)  # these end while nobody watches
+    h.failed_step(errored, errored_user, error=disconnect())
+    h.good_step(healthy, healthy_user)
+    revive(h)
+    h.advance(1)
+    assert h.prompts() == []  # their owner has not said hello yet
+    h.hello(pid=PID)  # the same OpenCode process reconnects
+    h.advance(6)  # the disconnect's backoff
+    assert sorted(p.session_id for p in h.prompts()) == sorted([blank, errored])
+    assert h.store.decisions(healthy) == []
+    # A second restart and hello judge nothing again.
+    kill(h)
+    revive(h)
+    h.hello(pid=PID)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == []
+    assert len(h.store.injections(blank)) == 1 and len(h.store.injections(errored)) == 1
+
+
+def test_tool_call_written_as_text_in_the_gap_is_continued(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    kill(h)
+    h.rows.assistant(sid, user, text='<function=bash>{"command": "ls"}</function>')
+    h.rows.commit()
+    revive(h)
+    h.hello(pid=PID)
+    [prompt] = h.prompts()
+    assert prompt.session_id == sid
+    assert h.store.decisions(sid)[0].kind == "tool_as_text"
+
+
+def test_failure_handled_before_the_kill_is_not_continued_again(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.blank_step(sid, user)
+    h.idle(sid)
+    [prompt] = h.prompts()  # handled live, before the kill
+    decisions = len(h.store.decisions(sid))
+    kill(h)  # OpenCode never got to run the continuation
+    revive(h)
+    h.hello(pid=PID)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert [p for p in h.prompts() if p.session_id == sid] == []
+    assert len(h.store.decisions(sid)) == decisions
+    assert len(h.store.injections(sid)) == 1
+
+
+def test_failure_older_than_the_gap_is_never_judged_as_new(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.loop.sessions.drop_owner(CONN)  # the daemon did not see this one end (no events)
+    h.blank_step(sid, user)
+    h.advance(LOOKBACK.total_seconds() + 600)  # ... long before the last heartbeat
+    h.loop.sessions.ensure(sid).owner = CONN
+    kill(h)
+    revive(h)
+    h.hello(pid=PID)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == [] and h.store.decisions(sid) == []
+
+
+def test_first_start_looks_back_on_nothing(tmp_path):
+    h = Harness(tmp_path)
+    sid = h.rows.session("old-history")
+    user = h.user(sid)
+    h.blank_step(sid, user)
+    h.loop = h.new_loop()  # no heartbeat: the daemon never ran on this store
+    h.hello(pid=PID)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.store.decisions(sid) == []
+
+
+def test_unowned_session_in_the_gap_is_recorded_never_sent(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    h.loop.beat(h.clock.now())
+    kill(h)
+    sid = h.rows.session("no-bridge")  # an OpenCode without the bridge, active in the gap
+    user = h.user(sid)
+    h.blank_step(sid, user)
+    revive(h)
+    h.advance(1)
+    [decision] = h.store.decisions(sid)
+    assert decision.reason == "skip: no live owner (recorded, never injected)"
+    h.advance(5)
+    assert h.prompts() == [] and len(h.store.decisions(sid)) == 1
+
+
+def test_owner_that_never_comes_back_is_recorded_after_the_grace(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    kill(h)
+    h.blank_step(sid, user)
+    revive(h)
+    h.advance(OWNER_GRACE.total_seconds() + 1)
+    assert h.prompts() == []
+    assert [d.reason for d in h.store.decisions(sid)] == [
+        "skip: no live owner (recorded, never injected)"]
+    h.hello(pid=PID)  # too late to count as the same gap: nothing more is judged
+    assert h.prompts() == []
+
+
+def test_bridge_reconnect_judges_what_ended_while_it_was_away(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.closed()  # the bridge's socket was cut; the daemon stays up
+    h.blank_step(sid, user)  # the turn ends; its events went nowhere
+    h.advance(2)
+    assert h.prompts() == []
+    h.bridge.alive = {"b2"}
+    h.hello(conn="b2", pid=PID)
+    [prompt] = h.prompts()
+    assert prompt.session_id == sid
+    h.closed("b2")
+    h.bridge.alive = {"b3"}
+    h.hello(conn="b3", pid=PID)  # a second cut with nothing new: nothing sent
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert len(h.prompts()) == 1
+
+
+def test_bridge_reconnect_after_a_skipped_no_owner_decision_sends(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.closed()
+    h.blank_step(sid, user)
+    h.loop.evaluate(h.loop.sessions.ensure(sid), h.clock.now(), settled=True)  # DB-only watch
+    assert "no live owner" in h.store.decisions(sid)[0].reason
+    h.bridge.alive = {"b2"}
+    h.hello(conn="b2", pid=PID)
+    assert len(h.prompts()) == 1
+
+
+def test_turns_that_ended_while_opencodes_db_was_unreadable_are_judged(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.blank_step(sid, user)
+    db = h.settings.opencode_db
+    hidden = db.with_name("hidden.db")
+    db.rename(hidden)
+    h.advance(1)  # the tick notices the file is gone
+    h.idle(sid)  # the end of the turn arrives, but the DB cannot be read
+    h.advance(1)
+    assert h.prompts() == []
+    hidden.rename(db)
+    h.advance(1)
+    [prompt] = h.prompts()
+    assert prompt.session_id == sid
+    h.advance(OWNER_GRACE.total_seconds())
+    assert len(h.prompts()) == 1
