@@ -23,6 +23,7 @@ import click
 from opencode_autoretry.clock import SystemClock
 from opencode_autoretry.daemon.bridges import BridgeServer, SocketBusyError
 from opencode_autoretry.daemon.control import render_status, status_report
+from opencode_autoretry.daemon.hardening import NotPrivateError, private_state
 from opencode_autoretry.daemon.inbox import Shutdown
 from opencode_autoretry.daemon.loop import Loop
 from opencode_autoretry.daemon.scheduler import RetryScheduler
@@ -41,7 +42,7 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def setup_logging(settings: Settings, foreground: bool) -> None:
-    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    settings.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
         settings.log_dir / "daemon.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8")]
     if foreground:
@@ -98,10 +99,11 @@ def serve(settings: Settings) -> int:
 def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
     settings = app.settings(**({"verbose": True} if verbose else {}))
+    private_state(settings.store, settings.log_dir)  # before the first file is created
     setup_logging(settings, foreground)
     try:
         sys.exit(serve(settings))
-    except (SocketBusyError, StoreError, PolicyError) as exc:
+    except (SocketBusyError, StoreError, PolicyError, NotPrivateError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -71,7 +71,7 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         entry: dict[str, Any] = {"conn": conn_id}
         if hello is not None:
             entry.update(pid=hello.pid, directory=hello.directory, url=hello.server_url,
-                         opencode=hello.opencode)
+                         opencode=hello.opencode, bridge=hello.bridge)
         bridges.append(entry)
     pids = {conn: hello.pid for conn, hello in loop.bridges.items() if hello is not None}
     views = list(loop.sessions)
@@ -82,7 +82,15 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         "owners": {v.session_id: pids[v.owner] for v in views if v.owner in pids},
         "sessions": {v.session_id: {"status": v.status, "owner": v.owner} for v in views},
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
+        "lines": _line_counters(loop),
     }
+
+
+def _line_counters(loop: Loop) -> dict[str, int]:
+    """The bridge server's read/dropped line counts (``doctor`` and ``status`` show them);
+    a fake bridge in the unit tests has none."""
+    counters = getattr(loop._bridge, "counters", None)  # the BridgeServer
+    return dict(vars(counters())) if callable(counters) else {}
 
 
 # -- `autoretry status` (CLI, read-only) ------------------------------------------------------

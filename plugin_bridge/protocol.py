@@ -311,25 +311,32 @@ def _kind_ok(kind: str, value: object) -> bool:
     return isinstance(value, dict)  # "obj"
 
 
+def _brief(value: object, limit: int = 40) -> str:
+    """A value in an error message, cut short: errors are logged, and a line's content is
+    the user's conversation (fuzzing found a 1 MiB ``v`` copied into the daemon log)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
 def validate(obj: object) -> dict[str, Any]:
     """Check a decoded object against the v1 table; returns it, or raises ProtocolError."""
     if not isinstance(obj, dict):
         raise ProtocolError("not_object", f"expected a JSON object, got {type(obj).__name__}")
     version = obj.get("v")
     if version != PROTOCOL_VERSION or isinstance(version, bool):
-        raise ProtocolError("bad_version", f"v must be {PROTOCOL_VERSION}, got {version!r}")
+        raise ProtocolError("bad_version", f"v must be {PROTOCOL_VERSION}, got {_brief(version)}")
     kind = obj.get("type")
     if not isinstance(kind, str) or not kind:
-        raise ProtocolError("bad_type", f"type must be a non-empty string, got {kind!r}")
+        raise ProtocolError("bad_type", f"type must be a non-empty string, got {_brief(kind)}")
     for name, spec in SCHEMA.get(kind, {}).items():
         optional = spec.endswith("?")
         value = obj.get(name)
         if value is None:
             if not optional:
-                raise ProtocolError("missing_field", f"{kind}: {name} is required")
+                raise ProtocolError("missing_field", f"{_brief(kind)}: {name} is required")
             continue
         if not _kind_ok(spec.rstrip("?"), value):
-            raise ProtocolError("bad_field", f"{kind}: {name} must be {spec.rstrip('?')}")
+            raise ProtocolError("bad_field", f"{_brief(kind)}: {name} must be {spec.rstrip('?')}")
     return obj
 
 
