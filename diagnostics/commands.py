@@ -22,6 +22,7 @@ from opencode_autoretry.diagnostics.diagnose import (
     render_diagnose,
     window_start,
 )
+from opencode_autoretry.diagnostics.doctor import quick_summary
 from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
 from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
 from opencode_autoretry.diagnostics.render import Style
@@ -101,6 +102,8 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
             runaway_steps=settings.runaway_steps,
         )
     style = Style.for_stream()
+    if not as_json:
+        click.echo(quick_summary(app))  # issue 11: doctor's summary line first
     click.echo(diagnose_json(report, limit) if as_json else render_diagnose(report, style, limit))
 
 
