@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fuzzing import FUZZ, dumps, json_values, report, shaped, tried  # noqa: E402
+from fuzzing import FUZZ, dumps, report, shaped, tried  # noqa: E402
 
 from opencode_autoretry.daemon.bridges import BridgeServer, LineSplitter  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
