@@ -30,7 +30,8 @@ def tried(target: str) -> None:
 
 def report(module: str) -> None:
     listed = ", ".join(f"{name} {count}" for name, count in sorted(TRIED.items()))
-    print(f"\n[fuzz] {module}: {listed} (total {sum(TRIED.values())})", file=sys.stderr)
+    total = sum(count for name, count in TRIED.items() if ":" not in name)  # ":" = an outcome
+    print(f"\n[fuzz] {module}: {listed} (inputs {total})", file=sys.stderr)
 
 
 #: Numbers JSON (or Python's json, or TOML) can produce, with the edges that broke parsers.
@@ -57,7 +58,7 @@ def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
 def shaped(keys: list[str], values: st.SearchStrategy[Any] | None = None) -> st.SearchStrategy[
         dict[str, Any]]:
     """Dicts over the expected ``keys`` (any subset, any values) plus stray keys."""
-    value = values or json_values(6)
+    value = values if values is not None else json_values(6)
     return st.builds(
         lambda known, stray: {**stray, **known},
         st.dictionaries(st.sampled_from(keys), value, max_size=len(keys)),
