@@ -162,7 +162,7 @@ def test_regression_a_huge_value_is_quoted_short() -> None:
 
 
 @pytest.mark.parametrize("data", [b"\x80", b'poll_interval = 5 # \xff\n', b"a = " + b"[" * 5000])
-def test_regression_a_non_utf8_or_absurd_file_is_a_settings_error(tmp_path: Path, data: bytes) -> None:
+def test_regression_a_non_utf8_or_absurd_file_is_refused(tmp_path: Path, data: bytes) -> None:
     path = tmp_path / "config.toml"
     path.write_bytes(data)
     with pytest.raises(SettingsError, match="not UTF-8|not valid TOML"):
