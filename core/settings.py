@@ -88,9 +88,9 @@ def _brief(raw: object) -> str:
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
     try:
+        if not path.exists():
+            return {}
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
@@ -99,8 +99,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except RecursionError as exc:
         raise SettingsError(f"{path}: not valid TOML: nested too deeply") from exc
-    except OSError as exc:
-        raise SettingsError(f"{path}: cannot read: {exc}") from exc
+    except OSError as exc:  # also a name too long (found by fuzzing the CLI)
+        raise SettingsError(f"{str(path)[:200]}: cannot read: {str(exc)[:200]}") from exc
 
 
 def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from opencode_autoretry.cli_args import utf8_text
 from opencode_autoretry.clock import SystemClock
 from opencode_autoretry.daemon.bridges import BridgeServer, SocketBusyError
 from opencode_autoretry.daemon.control import render_status, status_report
@@ -107,9 +108,19 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+class StoreUnusable(click.ClickException):
+    """The store cannot be opened or written: one line and exit 2 (found by fuzzing: a
+    traceback before)."""
+
+    exit_code = 2
+
+
 def _switch(app: AppContext, on: bool, session: str | None) -> None:
     settings = app.settings()
-    store = Store.open(settings.store)
+    try:
+        store = Store.open(settings.store)
+    except StoreError as exc:
+        raise StoreUnusable(str(exc)) from exc
     try:
         store.set_enabled(on, datetime.now(tz=UTC), session)
     finally:
@@ -119,7 +130,8 @@ def _switch(app: AppContext, on: bool, session: str | None) -> None:
     click.echo(f"autoretry {'on' if on else 'off'} for {scope}{note}")
 
 
-_SESSION = click.option("--session", metavar="ID", help="Only this OpenCode session.")
+_SESSION = click.option("--session", metavar="ID", help="Only this OpenCode session.",
+                        callback=utf8_text)
 
 
 @click.command("on")
@@ -143,7 +155,10 @@ def off_command(app: AppContext, session: str | None) -> None:
 @click.pass_obj
 def status_command(app: AppContext, as_json: bool) -> None:
     """Daemon, bridges, watched sessions, budgets, pending retries and last decisions."""
-    view = StoreView.open(app.settings().store)
+    try:
+        view = StoreView.open(app.settings().store)
+    except StoreError as exc:
+        raise StoreUnusable(str(exc)) from exc
     try:
         report = status_report(view, datetime.now(tz=UTC))
     finally:

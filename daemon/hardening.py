@@ -88,6 +88,6 @@ def tighten(dirs: Iterable[Path], files: Iterable[Path]) -> None:
 def private_state(store: Path, log_dir: Path) -> None:
     """Before the daemon writes anything: umask 077 and the state already on disk tightened."""
     os.umask(0o077)
-    sqlite_files = [store.with_name(store.name + suffix) for suffix in ("", "-wal", "-shm")]
+    sqlite_files = [Path(f"{store}{suffix}") for suffix in ("", "-wal", "-shm")]
     logs = sorted(log_dir.glob("daemon.log*")) if log_dir.is_dir() else []
     tighten([store.parent, log_dir], [*sqlite_files, *logs])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from opencode_autoretry import paths
+from opencode_autoretry.cli_args import DAYS, days_or_none, utf8_text
 from opencode_autoretry.clock import SystemClock
 from opencode_autoretry.diagnostics.diagnose import (
     build_diagnose,
@@ -84,7 +85,7 @@ def bridge_path() -> Path:
 
 
 @click.command("diagnose")
-@click.argument("days", type=click.IntRange(min=0), default=7)
+@click.argument("days", type=DAYS, default=7)
 @click.option("--limit", type=click.IntRange(min=0), default=20, help="Rows per kind (0 = all).")
 @JSON_OPTION
 @click.pass_obj
@@ -108,7 +109,7 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
 
 
 @click.command("timeline")
-@click.argument("session")
+@click.argument("session", callback=utf8_text)
 @JSON_OPTION
 @click.pass_obj
 def timeline(app: AppContext, session: str, as_json: bool) -> None:
@@ -121,7 +122,7 @@ def timeline(app: AppContext, session: str, as_json: bool) -> None:
 
 
 @click.command("errors")
-@click.argument("keyword", required=False)
+@click.argument("keyword", required=False, callback=utf8_text)
 @JSON_OPTION
 @click.pass_obj
 def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
@@ -133,14 +134,14 @@ def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
 
 
 @click.command("trace")
-@click.argument("scope", default="7", metavar="[DAYS|SESSION]")
+@click.argument("scope", default="7", metavar="[DAYS|SESSION]", callback=utf8_text)
 @JSON_OPTION
 @click.pass_obj
 def trace(app: AppContext, scope: str, as_json: bool) -> None:
     """Each continuation with its trigger and outcome, and the decisions not to act."""
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
-        days = int(scope) if scope.isdigit() else None
+        days = days_or_none(scope)
         sid = None if days is not None else resolve_session(db, scope).id
         since = window_start(now, days) if days is not None else None
         records = records_from(settings.store, sid, since)

@@ -320,7 +320,7 @@ def check_state_files(subject: Subject, machine: Machine) -> Check:
     store = subject.settings.store
     logs = subject.settings.log_dir
     entries = [(store.parent, 0o700, "dir"), (store, 0o600, "file"),
-               (store.with_name(store.name + "-wal"), 0o600, "file"), (logs, 0o700, "dir"),
+               (Path(f"{store}-wal"), 0o600, "file"), (logs, 0o700, "dir"),
                (logs / "daemon.log", 0o600, "file")]
     problems = _problems(entries, machine.uid)
     if problems:
