@@ -32,6 +32,7 @@ def report(module: str) -> None:
     listed = ", ".join(f"{name} {count}" for name, count in sorted(TRIED.items()))
     total = sum(count for name, count in TRIED.items() if ":" not in name)  # ":" = an outcome
     print(f"\n[fuzz] {module}: {listed} (inputs {total})", file=sys.stderr)
+    TRIED.clear()  # one tally per module
 
 
 #: Numbers JSON (or Python's json, or TOML) can produce, with the edges that broke parsers.
@@ -44,7 +45,7 @@ SCALARS = st.one_of(st.none(), st.booleans(), NUMBERS, st.text(max_size=30),
                     st.sampled_from(["", "\ud800", "a\udfffb", "nan", "inf", "1e400", "-5"]))
 
 
-def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
+def json_values(max_leaves: int = 6) -> st.SearchStrategy[Any]:
     return st.recursive(
         SCALARS,
         lambda inner: st.one_of(
@@ -58,7 +59,7 @@ def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
 def shaped(keys: list[str], values: st.SearchStrategy[Any] | None = None) -> st.SearchStrategy[
         dict[str, Any]]:
     """Dicts over the expected ``keys`` (any subset, any values) plus stray keys."""
-    value = values if values is not None else json_values(6)
+    value = values if values is not None else json_values(3)
     return st.builds(
         lambda known, stray: {**stray, **known},
         st.dictionaries(st.sampled_from(keys), value, max_size=len(keys)),

@@ -112,7 +112,7 @@ def test_random_bytes_as_config_file(tmp_path_factory, data: bytes) -> None:
     load_everything(path)
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=250)
 @given(CONFIG)
 def test_generated_toml_over_the_real_keys(tmp_path_factory, table: dict[str, Any]) -> None:
     tried("config.toml")

@@ -68,11 +68,11 @@ def _message(kind: object, version: object, fields: dict) -> str:
     return dumps({**fields, "v": version, "type": kind})
 
 
-@settings(FUZZ, max_examples=400)
+@settings(FUZZ, max_examples=300)
 @given(
     st.sampled_from(TYPES) | st.text(max_size=5) | st.integers(),
     st.sampled_from([1, 1, 1, 1.0, 2, 0, "1", None, True]),
-    st.sampled_from(TYPES).flatmap(lambda t: shaped(list(protocol.SCHEMA.get(t, {"x": ""})))),
+    st.one_of([shaped(list(protocol.SCHEMA.get(t, {"x": ""}))) for t in TYPES]),
 )
 def test_schema_shaped_messages(kind: object, version: object, fields: dict) -> None:
     check_decode(_message(kind, version, fields), "protocol.shaped")
@@ -216,7 +216,7 @@ def _expected(lines: list[bytes]) -> dict[str, int]:
     st.binary(max_size=200).map(lambda b: b.replace(b"\n", b" ")),
     st.sampled_from(VALID).map(str.encode),
     st.sampled_from(TYPES).map(lambda t: _message(t, 1, {}).encode()),
-), min_size=1, max_size=40))
+), min_size=10, max_size=40))
 def test_the_server_counts_every_dropped_line(tmp_path_factory, lines: list[bytes]) -> None:
     tried("server.connections")
     path = tmp_path_factory.mktemp("fz") / "d.sock"
