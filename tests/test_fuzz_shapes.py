@@ -49,7 +49,7 @@ def test_load_json_always_gives_a_dict(raw: str | bytes) -> None:
     assert isinstance(shapes.load_json(raw), dict)
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=100)
 @given(st.one_of(json_values(), shaped(ERROR_KEYS, st.one_of(
     shaped(ERROR_DATA_KEYS), json_values(4)))))
 def test_parse_error(raw: object) -> None:
@@ -58,7 +58,7 @@ def test_parse_error(raw: object) -> None:
     assert error is None or isinstance(error.message, str)
 
 
-@settings(FUZZ, max_examples=250)
+@settings(FUZZ, max_examples=150)
 @given(TIMES, shaped(MESSAGE_KEYS, st.one_of(
     json_values(4), shaped(["completed", "created"], SCALARS),
     shaped(["input", "output", "reasoning", "total", "cache"], SCALARS))))
