@@ -72,6 +72,9 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         if hello is not None:
             entry.update(pid=hello.pid, directory=hello.directory, url=hello.server_url,
                          opencode=hello.opencode, bridge=hello.bridge)
+        stats = loop.bridge_stats.get(conn_id)
+        if stats is not None:  # what the bridge itself dropped: events (queue full), bad lines
+            entry.update(dropped=stats.dropped, unknown=stats.unknown or 0)
         bridges.append(entry)
     pids = {conn: hello.pid for conn, hello in loop.bridges.items() if hello is not None}
     views = list(loop.sessions)
@@ -110,6 +113,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
                    "heartbeat_age_s": None if age is None else round(age, 1),
                    "started": info.get("started")},
         "bridges": list(info.get("bridges", [])),
+        "bridge_lines": dict(info.get("lines", {})),  # read and dropped by the daemon
         "sessions": dict(info.get("sessions", {})),
         "no_owner": list(info.get("no_owner", [])),
         "turns": [
@@ -132,6 +136,14 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
     }
 
 
+def _dropped(report: Mapping[str, Any]) -> str:
+    counts = report.get("bridge_lines", {})
+    bad = {k: v for k, v in counts.items() if k != "lines" and v}
+    if not bad:
+        return ""
+    return " · lines dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(bad.items()))
+
+
 def render_status(report: Mapping[str, Any]) -> str:
     daemon = report["daemon"]
     lines = [
@@ -142,8 +154,10 @@ def render_status(report: Mapping[str, Any]) -> str:
     off = [scope for scope, on in report["switches"].items() if not on and scope != "*"]
     if off:
         lines.append("off for sessions: " + ", ".join(off))
-    lines.append(f"bridges: {len(report['bridges'])}")
+    lines.append(f"bridges: {len(report['bridges'])}{_dropped(report)}")
     lines += [f"  pid {b.get('pid')}  {b.get('directory')}  {b.get('url') or '-'}"
+              + (f"  (dropped {b['dropped']} events, {b['unknown']} bad lines)"
+                 if b.get("dropped") or b.get("unknown") else "")
               for b in report["bridges"]]
     lines.append(f"watched sessions: {len(report['sessions'])}")
     lines += [f"  {sid}  {s.get('status') or '?'}" for sid, s in report["sessions"].items()]

@@ -95,6 +95,7 @@ class Loop:
         self._rand = rand
         self._pid = pid if pid is not None else os.getpid()
         self.bridges: dict[str, protocol.Hello | None] = {}
+        self.bridge_stats: dict[str, protocol.Stats] = {}  # the last of each (status, doctor)
         self.actions = Actions(store, bridge, self.db, timers, self.sessions)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
@@ -154,6 +155,7 @@ class Loop:
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
             self.bridges.pop(item.conn_id, None)
+            self.bridge_stats.pop(item.conn_id, None)
             for view in self.sessions.drop_owner(item.conn_id):
                 log.info("session %s lost its owner (bridge %s closed)", view.session_id,
                          item.conn_id)
@@ -190,7 +192,9 @@ class Loop:
         elif isinstance(message, protocol.Command):
             reply = control.answer(message, self, now)
             self._bridge.send(conn_id, reply)
-        elif isinstance(message, protocol.Stats) and message.dropped:
+        elif isinstance(message, protocol.Stats):
+            self.bridge_stats[conn_id] = message
+        if isinstance(message, protocol.Stats) and message.dropped:
             log.warning("bridge %s dropped %s events", conn_id, message.dropped)
 
     def _owned(self, session_id: str, conn_id: str) -> SessionView:

@@ -238,6 +238,9 @@ def check_bad_lines(subject: Subject, machine: Machine) -> Check:
         return ok("bridge lines", "no daemon running: nothing read")
     counters: Mapping[str, Any] = info.get("lines", {})
     dropped = {k: int(counters.get(k) or 0) for k in BAD_LINE_COUNTERS}
+    bridges = info.get("bridges", [])  # what the bridges themselves dropped (their stats)
+    dropped["bridge events"] = sum(int(b.get("dropped") or 0) for b in bridges)
+    dropped["bridge bad lines"] = sum(int(b.get("unknown") or 0) for b in bridges)
     if not any(dropped.values()):
         total = int(counters.get("lines") or 0)
         return ok("bridge lines", f"{total} read, none dropped")

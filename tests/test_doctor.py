@@ -295,3 +295,10 @@ def test_cli_reports_a_broken_config_and_still_runs_the_rest(tmp_path: Path, mon
     assert result.exit_code == 1
     assert "FAIL  config" in result.output and "poll_interval" in result.output
     assert "opencode db" in result.output
+
+
+def test_what_the_bridges_dropped_is_reported_too(world: World) -> None:
+    world.info["bridges"][0].update(dropped=12, unknown=2)
+    status, text = world.checks()["bridge lines"]
+    assert status is Status.WARN
+    assert "bridge events 12" in text and "bridge bad lines 2" in text

@@ -252,3 +252,36 @@ def test_the_daemon_leaves_opencode_db_byte_identical(tmp_path: Path) -> None:
     h.loop.beat(h.clock.now())
     assert h.prompts(), "the daemon read the DB and decided to continue"
     assert _hashes(h.settings.opencode_db) == before
+
+
+def test_status_and_the_heartbeat_carry_the_dropped_line_counts(tmp_path: Path) -> None:
+    from datetime import timedelta
+
+    from opencode_autoretry.daemon.control import render_status, status_report
+    from opencode_autoretry.store import StoreView
+
+    inbox: queue.Queue[object] = queue.Queue()
+    with BridgeServer(tmp_path / "d.sock", inbox) as server:
+        h = Harness(tmp_path)
+        h.loop._bridge = server  # the real server's counters, the fake clock and store
+        client = _connect(server.path)
+        client.sendall(b"not json\n" + protocol.encode(protocol.Stats(dropped=3, queued=0,
+                                                                      unknown=1)))
+        deadline = time.monotonic() + 5
+        while server.counters().lines < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        client.close()
+    h.hello()
+    for item in drain(inbox):
+        if type(item).__name__ == "BridgeMessage":
+            h.send(item.message)
+    h.loop.beat(h.clock.now())
+    view = StoreView.open(h.settings.store)
+    try:
+        report = status_report(view, h.clock.now() + timedelta(seconds=1))
+    finally:
+        view.close()
+    assert report["bridge_lines"]["garbage"] == 1 and report["bridge_lines"]["lines"] == 2
+    assert report["bridges"][0]["dropped"] == 3 and report["bridges"][0]["unknown"] == 1
+    text = render_status(report)
+    assert "lines dropped: garbage 1" in text and "dropped 3 events, 1 bad lines" in text
