@@ -302,3 +302,19 @@ def test_what_the_bridges_dropped_is_reported_too(world: World) -> None:
     status, text = world.checks()["bridge lines"]
     assert status is Status.WARN
     assert "bridge events 12" in text and "bridge bad lines 2" in text
+
+
+def test_diagnose_prints_doctors_summary_first(tmp_path: Path, monkeypatch) -> None:
+    rows = OpenCodeRows(tmp_path / "opencode.db")
+    rows.commit()
+    rows.conn.close()
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("AUTORETRY_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("AUTORETRY_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    result = CliRunner().invoke(main, ["--db", str(tmp_path / "opencode.db"), "diagnose"])
+    assert result.exit_code == 0, result.output
+    first = result.output.splitlines()[0]
+    assert first.startswith("autoretry doctor: ") and "problem" in first
+    body = CliRunner().invoke(main, ["--db", str(tmp_path / "opencode.db"), "diagnose", "--json"])
+    assert json.loads(body.output)["report"] == "diagnose"  # the JSON is unchanged
