@@ -6,6 +6,7 @@ and validated by ``opencode_autoretry.budget.load_policy``; this module validate
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -53,7 +54,7 @@ def _coerce(name: str, raw: object, origin: str) -> object:
     kind = _field_types()[name]
     try:
         if name in _PATH_FIELDS:
-            return Path(str(raw)).expanduser()
+            return _path(raw)
         if kind == "bool":
             if isinstance(raw, bool):
                 return raw
@@ -64,23 +65,42 @@ def _coerce(name: str, raw: object, origin: str) -> object:
                 return False
             raise ValueError(raw)
         value: float | int = int(str(raw)) if kind == "int" else float(str(raw))
-    except (TypeError, ValueError) as exc:
-        raise SettingsError(f"{origin}: {name} = {raw!r} is not a valid {kind}") from exc
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: "~nobody/" has no home
+        raise SettingsError(f"{origin}: {name} = {_brief(raw)} is not a valid {kind}") from exc
+    if not math.isfinite(value):  # found by fuzzing: nan/inf intervals spin or kill the loop
+        raise SettingsError(f"{origin}: {name} must be a finite number, got {_brief(raw)}")
     if name in _POSITIVE and value <= 0:
-        raise SettingsError(f"{origin}: {name} must be greater than 0, got {raw!r}")
+        raise SettingsError(f"{origin}: {name} must be greater than 0, got {_brief(raw)}")
     return value
 
 
+def _path(raw: object) -> Path:
+    """A path setting: a string without NUL bytes (found by fuzzing: a table, a number or a
+    ``"\\u0000"`` became a path that only failed, with a traceback, when first opened)."""
+    if not isinstance(raw, str | Path) or "\0" in str(raw) or not str(raw):
+        raise ValueError(raw)
+    return Path(raw).expanduser()
+
+
+def _brief(raw: object) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else f"{text[:60]}... ({len(text)} chars)"
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
     try:
+        if not path.exists():
+            return {}
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
-    except OSError as exc:
-        raise SettingsError(f"{path}: cannot read: {exc}") from exc
+    except UnicodeDecodeError as exc:  # found by fuzzing: a traceback, not an error line
+        raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except RecursionError as exc:
+        raise SettingsError(f"{path}: not valid TOML: nested too deeply") from exc
+    except OSError as exc:  # also a name too long (found by fuzzing the CLI)
+        raise SettingsError(f"{str(path)[:200]}: cannot read: {str(exc)[:200]}") from exc
 
 
 def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:

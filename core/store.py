@@ -274,14 +274,15 @@ class Store(_Reader):
 
     @classmethod
     def open(cls, path: Path) -> Store:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             db = sqlite_utils.Database(conn)
             _migrate(db)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"cannot open the autoretry store {path}: {exc}") from exc
+        except (sqlite3.DatabaseError, OSError) as exc:  # OSError: found by fuzzing the CLI
+            raise StoreError(f"cannot open the autoretry store {str(path)[:200]}: "
+                             f"{str(exc)[:200]}") from exc
         os.chmod(path, 0o600)
         return cls(db)
 
@@ -385,7 +386,11 @@ class StoreView(_Reader):
 
     @classmethod
     def open(cls, path: Path) -> StoreView:
-        if not path.exists():
+        try:
+            exists = path.exists()
+        except OSError as exc:  # e.g. a name too long (found by fuzzing the CLI)
+            raise StoreError(f"cannot read the autoretry store {str(path)[:200]}: {exc}") from exc
+        if not exists:
             # An empty in-memory schema: a missing store answers every query with nothing.
             conn = sqlite3.connect(":memory:")
             for script in MIGRATIONS:

@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from opencode_autoretry.clock import Clock, SystemClock
+from opencode_autoretry.daemon.hardening import PeerCheck, owned_private_dir, same_user
 from opencode_autoretry.daemon.parts import SOCKET, PartHealth
+from opencode_autoretry.opencode.versions import untested_warning
 from opencode_autoretry.plugin_bridge import protocol
 from opencode_autoretry.plugin_bridge.protocol import (
     MAX_LINE_BYTES,
@@ -94,6 +96,7 @@ class BridgeCounters:
     oversize: int = 0  # longer than MAX_LINE_BYTES
     unknown: int = 0  # valid but of a type we do not know
     partial: int = 0  # bytes left without a newline when a connection closed
+    rejected: int = 0  # connections from another user (or unverifiable): closed unread
 
 
 @dataclass
@@ -147,8 +150,7 @@ def _session_of(message: BridgeInbound) -> str | None:
 
 def _prepare_path(path: Path) -> None:
     """Directory 0700; remove a stale socket; refuse when a live daemon answers on it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    os.chmod(path.parent, 0o700)
+    owned_private_dir(path.parent)
     if not path.exists() and not path.is_symlink():
         return
     if not stat.S_ISSOCK(path.lstat().st_mode):
@@ -177,6 +179,7 @@ class BridgeServer:
         write_timeout: float = 5.0,
         daemon_version: str = DAEMON_VERSION,
         parts: PartHealth | None = None,
+        peer_check: PeerCheck = same_user,
     ) -> None:
         self.path = path
         self._inbox = inbox
@@ -193,6 +196,8 @@ class BridgeServer:
         self._threads: list[threading.Thread] = []
         self._inode: int | None = None
         self._parts = parts or PartHealth()
+        self._peer_check = peer_check
+        self._untested: set[str | None] = set()  # OpenCode versions already warned about
 
     # ------------------------------------------------------------ lifecycle
 
@@ -308,6 +313,12 @@ class BridgeServer:
                 continue
             except OSError:
                 return  # listener closed by stop()
+            refusal = self._peer_check(sock)
+            if refusal:
+                self._count("rejected")
+                log.warning("bridge connection refused: %s", refusal)
+                sock.close()
+                continue
             sock.settimeout(self._write_timeout)
             conn = _Conn(f"b{next(self._ids)}", sock, self._clock.now())
             with self._lock:
@@ -363,6 +374,7 @@ class BridgeServer:
             self._count("unknown")
         if isinstance(message, Hello):
             conn.hello = message
+            self._warn_untested(message.opencode)
             self._inbox.put(BridgeConnected(conn.conn_id, message, now))
             self.send(conn.conn_id, Welcome(daemon=self._daemon_version))
             return
@@ -371,6 +383,13 @@ class BridgeServer:
             with self._lock:
                 conn.sessions.add(session_id)
         self._inbox.put(BridgeMessage(conn.conn_id, message, now))
+
+    def _warn_untested(self, version: str | None) -> None:
+        """Once per OpenCode version outside the tested range (issue 11)."""
+        warning = untested_warning(version)
+        if warning and version not in self._untested:
+            self._untested.add(version)
+            log.warning("%s", warning)
 
     def _count(self, name: str) -> None:
         with self._lock:

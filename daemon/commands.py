@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from opencode_autoretry.cli_args import utf8_text
+
 # The rest is imported by the functions that run it: `autoretry --help` lists these commands
 # and must not load the daemon, APScheduler, watchdog or sqlite-utils to do so.
 if TYPE_CHECKING:
@@ -34,7 +36,7 @@ LOOP_DB_TIMEOUT_S = 1.0
 def setup_logging(settings: Settings, foreground: bool) -> None:
     import logging.handlers
 
-    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    settings.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
         settings.log_dir / "daemon.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8")]
     if foreground:
@@ -105,22 +107,34 @@ def serve(settings: Settings) -> int:
 def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
     from opencode_autoretry.daemon.bridges import SocketBusyError
+    from opencode_autoretry.daemon.hardening import NotPrivateError, private_state
     from opencode_autoretry.policy import PolicyError
     from opencode_autoretry.store import StoreError
 
     settings = app.settings(**({"verbose": True} if verbose else {}))
+    private_state(settings.store, settings.log_dir)  # before the first file is created
     setup_logging(settings, foreground)
     try:
         sys.exit(serve(settings))
-    except (SocketBusyError, StoreError, PolicyError) as exc:
+    except (SocketBusyError, StoreError, PolicyError, NotPrivateError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
+class StoreUnusable(click.ClickException):
+    """The store cannot be opened or written: one line and exit 2 (found by fuzzing: a
+    traceback before)."""
+
+    exit_code = 2
+
+
 def _switch(app: AppContext, on: bool, session: str | None) -> None:
-    from opencode_autoretry.store import Store
+    from opencode_autoretry.store import Store, StoreError
 
     settings = app.settings()
-    store = Store.open(settings.store)
+    try:
+        store = Store.open(settings.store)
+    except StoreError as exc:
+        raise StoreUnusable(str(exc)) from exc
     try:
         store.set_enabled(on, datetime.now(tz=UTC), session)
     finally:
@@ -130,7 +144,8 @@ def _switch(app: AppContext, on: bool, session: str | None) -> None:
     click.echo(f"autoretry {'on' if on else 'off'} for {scope}{note}")
 
 
-_SESSION = click.option("--session", metavar="ID", help="Only this OpenCode session.")
+_SESSION = click.option("--session", metavar="ID", help="Only this OpenCode session.",
+                        callback=utf8_text)
 
 
 @click.command("on")
@@ -155,9 +170,12 @@ def off_command(app: AppContext, session: str | None) -> None:
 def status_command(app: AppContext, as_json: bool) -> None:
     """Daemon, bridges, watched sessions, budgets, pending retries and last decisions."""
     from opencode_autoretry.daemon.control import render_status, status_report
-    from opencode_autoretry.store import StoreView
+    from opencode_autoretry.store import StoreError, StoreView
 
-    view = StoreView.open(app.settings().store)
+    try:
+        view = StoreView.open(app.settings().store)
+    except StoreError as exc:
+        raise StoreUnusable(str(exc)) from exc
     try:
         report = status_report(view, datetime.now(tz=UTC))
     finally:

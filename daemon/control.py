@@ -91,7 +91,10 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         entry: dict[str, Any] = {"conn": conn_id}
         if hello is not None:
             entry.update(pid=hello.pid, directory=hello.directory, url=hello.server_url,
-                         opencode=hello.opencode)
+                         opencode=hello.opencode, bridge=hello.bridge)
+        stats = loop.bridge_stats.get(conn_id)
+        if stats is not None:  # what the bridge itself dropped: events (queue full), bad lines
+            entry.update(dropped=stats.dropped, unknown=stats.unknown or 0)
         bridges.append(entry)
     pids = {conn: hello.pid for conn, hello in loop.bridges.items() if hello is not None}
     views = list(loop.sessions)
@@ -103,7 +106,15 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         "sessions": {v.session_id: {"status": v.status, "owner": v.owner} for v in views},
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
         "parts": loop.parts.report(),  # issue 11: the parts that do not work right now
+        "lines": _line_counters(loop),
     }
+
+
+def _line_counters(loop: Loop) -> dict[str, int]:
+    """The bridge server's read/dropped line counts (``doctor`` and ``status`` show them);
+    a fake bridge in the unit tests has none."""
+    counters = getattr(loop._bridge, "counters", None)  # the BridgeServer
+    return dict(vars(counters())) if callable(counters) else {}
 
 
 # -- `autoretry status` (CLI, read-only) ------------------------------------------------------
@@ -123,6 +134,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
                    "heartbeat_age_s": None if age is None else round(age, 1),
                    "started": info.get("started")},
         "bridges": list(info.get("bridges", [])),
+        "bridge_lines": dict(info.get("lines", {})),  # read and dropped by the daemon
         "sessions": dict(info.get("sessions", {})),
         "no_owner": list(info.get("no_owner", [])),
         "problems": dict(info.get("parts", {})) if running else {},
@@ -146,6 +158,14 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
     }
 
 
+def _dropped(report: Mapping[str, Any]) -> str:
+    counts = report.get("bridge_lines", {})
+    bad = {k: v for k, v in counts.items() if k != "lines" and v}
+    if not bad:
+        return ""
+    return " · lines dropped: " + ", ".join(f"{k} {v}" for k, v in sorted(bad.items()))
+
+
 def local_time(iso: str | None, zone: tzinfo | None = None) -> str:
     """An ISO time from the report (UTC) as the other reports show times: local, to the second
     (``zone`` None: the machine's zone)."""
@@ -167,8 +187,10 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     if off:
         lines.append("off for sessions: " + ", ".join(off))
     lines += describe(report.get("problems", {}))
-    lines.append(f"bridges: {len(report['bridges'])}")
+    lines.append(f"bridges: {len(report['bridges'])}{_dropped(report)}")
     lines += [f"  pid {b.get('pid')}  {b.get('directory')}  {b.get('url') or '-'}"
+              + (f"  (dropped {b['dropped']} events, {b['unknown']} bad lines)"
+                 if b.get("dropped") or b.get("unknown") else "")
               for b in report["bridges"]]
     lines.append(f"watched sessions: {len(report['sessions'])}")
     lines += [f"  {sid}  {s.get('status') or '?'}" for sid, s in report["sessions"].items()]

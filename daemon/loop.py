@@ -101,6 +101,7 @@ class Loop:
         self._rand = rand
         self._pid = pid if pid is not None else os.getpid()
         self.bridges: dict[str, protocol.Hello | None] = {}
+        self.bridge_stats: dict[str, protocol.Stats] = {}  # the last of each (status, doctor)
         self.actions = Actions(store, bridge, self.db, timers, self.sessions)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
@@ -174,6 +175,7 @@ class Loop:
         elif isinstance(item, BridgeClosed):
             hello = item.hello or self.bridges.pop(item.conn_id, None)
             self.bridges.pop(item.conn_id, None)
+            self.bridge_stats.pop(item.conn_id, None)
             dropped = self.sessions.drop_owner(item.conn_id)
             for view in dropped:
                 log.info("session %s lost its owner (bridge %s closed)", view.session_id,
@@ -220,7 +222,9 @@ class Loop:
         elif isinstance(message, protocol.Command):
             reply = control.answer(message, self, now)
             self._bridge.send(conn_id, reply)
-        elif isinstance(message, protocol.Stats) and message.dropped:
+        elif isinstance(message, protocol.Stats):
+            self.bridge_stats[conn_id] = message
+        if isinstance(message, protocol.Stats) and message.dropped:
             log.warning("bridge %s dropped %s events", conn_id, message.dropped)
 
     def _owned(self, session_id: str, conn_id: str) -> SessionView:

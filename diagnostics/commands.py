@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from opencode_autoretry import paths
+from opencode_autoretry.cli_args import DAYS, days_or_none, utf8_text
 from opencode_autoretry.clock import SystemClock
 
 # Each report imports what it runs, when it runs: `autoretry --help` lists these commands and
@@ -79,7 +80,7 @@ def bridge_path() -> Path:
 
 
 @click.command("diagnose")
-@click.argument("days", type=click.IntRange(min=0), default=7)
+@click.argument("days", type=DAYS, default=7)
 @click.option("--limit", type=click.IntRange(min=0), default=20, help="Rows per kind (0 = all).")
 @JSON_OPTION
 @click.pass_obj
@@ -91,6 +92,7 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
         render_diagnose,
         window_start,
     )
+    from opencode_autoretry.diagnostics.doctor import quick_summary
     from opencode_autoretry.diagnostics.render import Style
 
     settings, now = app.settings(), SystemClock().now()
@@ -105,11 +107,13 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
             runaway_steps=settings.runaway_steps,
         )
     style = Style.for_stream()
+    if not as_json:
+        click.echo(quick_summary(app))  # issue 11: doctor's summary line first
     click.echo(diagnose_json(report, limit) if as_json else render_diagnose(report, style, limit))
 
 
 @click.command("timeline")
-@click.argument("session")
+@click.argument("session", callback=utf8_text)
 @JSON_OPTION
 @click.pass_obj
 def timeline(app: AppContext, session: str, as_json: bool) -> None:
@@ -129,7 +133,7 @@ def timeline(app: AppContext, session: str, as_json: bool) -> None:
 
 
 @click.command("errors")
-@click.argument("keyword", required=False)
+@click.argument("keyword", required=False, callback=utf8_text)
 @JSON_OPTION
 @click.pass_obj
 def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
@@ -144,7 +148,7 @@ def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
 
 
 @click.command("trace")
-@click.argument("scope", default="7", metavar="[DAYS|SESSION]")
+@click.argument("scope", default="7", metavar="[DAYS|SESSION]", callback=utf8_text)
 @JSON_OPTION
 @click.pass_obj
 def trace(app: AppContext, scope: str, as_json: bool) -> None:
@@ -155,7 +159,7 @@ def trace(app: AppContext, scope: str, as_json: bool) -> None:
 
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
-        days = int(scope) if scope.isdigit() else None
+        days = days_or_none(scope)
         sid = None if days is not None else resolve_session(db, scope).id
         since = window_start(now, days) if days is not None else None
         records = records_from(settings.store, sid, since)

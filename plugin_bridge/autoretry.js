@@ -246,13 +246,15 @@ export class Bridge {
       if (waiter) waiter(msg)
       return
     }
-    const run = {
+    const runners = {
       prompt: () => this.doPrompt(msg),
       abort: () => this.client.session.abort({ path: { id: msg.session_id } }),
       toast: () => this.toast(msg),
       trim: () => this.addTrim(msg),
       log: () => this.client.app.log({ body: { service: "autoretry", level: msg.level, message: msg.message, extra: msg.extra ?? {} } }),
-    }[msg.type]
+    }
+    // Own keys only: a type like "constructor" must not find Object.prototype (found by fuzzing).
+    const run = Object.hasOwn(runners, msg.type) ? runners[msg.type] : undefined
     if (!run) {
       this.unknown += 1
       if (msg.id) this.ack(msg.id, false, `unsupported request: ${msg.type}`)

@@ -10,6 +10,7 @@ fixtures in ``tests/fixtures/bridge/``.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
@@ -311,37 +312,68 @@ def _kind_ok(kind: str, value: object) -> bool:
     return isinstance(value, dict)  # "obj"
 
 
+def _brief(value: object, limit: int = 40) -> str:
+    """A value in an error message, cut short: errors are logged, and a line's content is
+    the user's conversation (fuzzing found a 1 MiB ``v`` copied into the daemon log)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} chars)"
+
+
 def validate(obj: object) -> dict[str, Any]:
     """Check a decoded object against the v1 table; returns it, or raises ProtocolError."""
     if not isinstance(obj, dict):
         raise ProtocolError("not_object", f"expected a JSON object, got {type(obj).__name__}")
     version = obj.get("v")
     if version != PROTOCOL_VERSION or isinstance(version, bool):
-        raise ProtocolError("bad_version", f"v must be {PROTOCOL_VERSION}, got {version!r}")
+        raise ProtocolError("bad_version", f"v must be {PROTOCOL_VERSION}, got {_brief(version)}")
     kind = obj.get("type")
     if not isinstance(kind, str) or not kind:
-        raise ProtocolError("bad_type", f"type must be a non-empty string, got {kind!r}")
+        raise ProtocolError("bad_type", f"type must be a non-empty string, got {_brief(kind)}")
     for name, spec in SCHEMA.get(kind, {}).items():
         optional = spec.endswith("?")
         value = obj.get(name)
         if value is None:
             if not optional:
-                raise ProtocolError("missing_field", f"{kind}: {name} is required")
+                raise ProtocolError("missing_field", f"{_brief(kind)}: {name} is required")
             continue
         if not _kind_ok(spec.rstrip("?"), value):
-            raise ProtocolError("bad_field", f"{kind}: {name} must be {spec.rstrip('?')}")
+            raise ProtocolError("bad_field", f"{_brief(kind)}: {name} must be {spec.rstrip('?')}")
     return obj
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _repair(value: Any) -> Any:
+    """Lone UTF-16 surrogates (``"\\ud83d"``) become U+FFFD, in keys and values.
+
+    The bridge cuts texts by UTF-16 units (``text.slice(0, 500)``), so an emoji on the cut
+    leaves half a pair, which JSON.stringify writes as an escape; Python decodes it into a
+    str that no UTF-8 codec (SQLite, the log, the socket) accepts. Found by fuzzing."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_repair(item) for item in value]
+    if isinstance(value, dict):
+        return {_repair(key): _repair(item) for key, item in value.items()}
+    return value
 
 
 def parse_line(line: bytes | str) -> dict[str, Any]:
     """Decode and validate one line (either direction) into a plain dict."""
-    raw = line if isinstance(line, bytes) else line.encode("utf-8")
+    raw = line if isinstance(line, bytes) else line.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_LINE_BYTES:
         raise ProtocolError("too_long", f"{len(raw)} bytes > {MAX_LINE_BYTES}")
     try:
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError("bad_json", str(exc)) from exc
+    except RecursionError as exc:  # found by fuzzing: "[[[[…" ended the reader thread
+        raise ProtocolError("bad_json", "nested too deeply") from exc
+    except ValueError as exc:  # found by fuzzing: an integer of more than 4300 digits
+        raise ProtocolError("bad_json", str(exc)[:80]) from exc
+    if b"\\ud" in raw or b"\\uD" in raw:  # only then can a lone surrogate be in there
+        obj = _repair(obj)
     return validate(obj)
 
 

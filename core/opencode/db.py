@@ -71,9 +71,12 @@ class OpenCodeDB:
     @classmethod
     def open(cls, path: Path, timeout: float = BUSY_TIMEOUT_S) -> OpenCodeDB:
         path = Path(path).expanduser()
-        if not path.is_file():
-            raise DbMissing(path)
-        uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        try:  # OSError: e.g. a name too long (found by fuzzing the CLI)
+            if not path.is_file():
+                raise DbMissing(path)
+            uri = f"file:{quote(str(path.resolve()))}?mode=ro"
+        except (OSError, UnicodeEncodeError) as exc:
+            raise DbUnreadable(f"cannot open {str(path)[:200]}: {one_line(exc)[:200]}") from exc
         try:
             # Read-only and used by one thread at a time, so it may be handed between threads
             # (the daemon opens it on one and tails on another); never use it concurrently.

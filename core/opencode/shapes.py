@@ -8,8 +8,9 @@ changed shape across versions (and the prior art met several error shapes in the
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from opencode_autoretry.models import (
@@ -30,28 +31,36 @@ def load_json(raw: str | bytes | None) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(raw)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return {}
     return value if isinstance(value, dict) else {}
 
 
 def _int(value: object) -> int:
+    """A count or epoch-ms from JSON; anything unreadable (also NaN, infinity) reads as 0."""
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
         return value
-    if isinstance(value, float):
-        return int(value)
     if isinstance(value, str):
         try:
-            return int(float(value))
+            value = float(value)
         except ValueError:
             return 0
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else 0
     return 0
 
 
-def _at(epoch_ms: int) -> datetime:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+#: The last millisecond ``datetime`` can hold (9999-12-31): later times are clamped to it.
+_MAX_MS = 253_402_300_799_999
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _at(epoch_ms: object) -> datetime:
+    """Clamped to 1970..9999: a corrupt row must not stop the reader (found by fuzzing)."""
+    ms = min(max(_int(epoch_ms), 0), _MAX_MS)
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
