@@ -36,7 +36,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +65,7 @@ from opencode_autoretry.diagnostics.steps import (
     classify_streamed,
     relabel_daemon_aborts,
 )
+from opencode_autoretry.diagnostics.summary import Summary, build_summary
 from opencode_autoretry.models import Kind
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
 
@@ -93,6 +94,7 @@ class DiagnoseReport:
     injections: Mapping[str, int]
     ownerless: tuple[str, ...]
     repetition: tuple[RepetitionStop, ...] = ()
+    summary: Summary | None = None  # issue 12
 
 
 def window_start(now: datetime, days: int) -> datetime | None:
@@ -197,7 +199,9 @@ def build_diagnose(
     days: int,
     bridge_path: Path,
     runaway_steps: int = 6,
+    zone: tzinfo | None = None,
 ) -> DiagnoseReport:
+    """``zone``: the one the summary's days are counted in (None: the machine's)."""
     since = window_start(now, days)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
@@ -222,16 +226,19 @@ def build_diagnose(
         )
     found = relabel_daemon_aborts(found, records)
     injections = [i for i in records.injections if since is None or i.created >= since]
+    findings = _group(found)
+    stops = tuple(s for s in repetition_stops(records) if since is None or s.decision.at >= since)
     return DiagnoseReport(
         days=days,
         since=since,
         now=now,
         health=health.result(),
-        findings=_group(found),
+        findings=findings,
         injections=dict(Counter(i.state for i in injections)),
         ownerless=tuple(records.ownerless_sessions()),
-        repetition=tuple(
-            s for s in repetition_stops(records) if since is None or s.decision.at >= since
+        repetition=stops,
+        summary=build_summary(
+            db, findings, records.since(since), stops, since=since, now=now, zone=zone
         ),
     )
 
@@ -259,7 +266,7 @@ def _newest(items: tuple[Row, ...], limit: int) -> tuple[Row, ...]:
 def diagnose_json(report: DiagnoseReport, limit: int = 20) -> str:
     health = report.health
     age = (report.now - health.heartbeat).total_seconds() if health.heartbeat else None
-    body = {
+    body: dict[str, Any] = {
         "days": report.days,
         "since": iso(report.since),
         "now": iso(report.now),
@@ -291,6 +298,10 @@ def diagnose_json(report: DiagnoseReport, limit: int = 20) -> str:
             "rows": [stop_json(s) for s in _newest(report.repetition, limit)],
         },
     }
+    if report.summary is not None:
+        from opencode_autoretry.diagnostics.summary_view import summary_json
+
+        body["summary"] = summary_json(report.summary)
     return dump_json("diagnose", body)
 
 
@@ -303,9 +314,18 @@ def _size(value: int) -> str:
     return f"{value} B"
 
 
+def _title_lines(report: DiagnoseReport, style: Style) -> list[str]:
+    window = "all time" if report.since is None else f"last {report.days} days"
+    lines = [style.head(f"autoretry diagnose — {window}"), RULE]
+    if report.summary is not None:
+        from opencode_autoretry.diagnostics.summary_view import render_summary
+
+        lines += [render_summary(report.summary, style), RULE]
+    return lines
+
+
 def _health_lines(report: DiagnoseReport, style: Style) -> list[str]:
     health = report.health
-    window = "all time" if report.since is None else f"last {report.days} days"
     if health.heartbeat is None:
         daemon = style.warn("no heartbeat (the daemon has not run)")
     else:
@@ -315,8 +335,6 @@ def _health_lines(report: DiagnoseReport, style: Style) -> list[str]:
         daemon = style.good(text) if age < 120 else style.warn(text + " — stale")
     bridge = style.good("installed") if health.bridge_installed else style.warn("not installed")
     return [
-        style.head(f"autoretry diagnose — {window}"),
-        RULE,
         f"DB:        {health.db_path} ({_size(health.db_bytes)})",
         f"Rows:      sessions={health.sessions} messages={health.messages} parts={health.parts}",
         f"OpenCode:  {', '.join(health.versions) or '-'}",
@@ -343,7 +361,7 @@ def _section(kind: Kind, items: tuple[ClassifiedStep, ...], style: Style, limit:
 
 
 def render_diagnose(report: DiagnoseReport, style: Style, limit: int = 20) -> str:
-    lines = _health_lines(report, style)
+    lines = _title_lines(report, style) + _health_lines(report, style)
     for kind, items in report.findings.items():
         lines.extend(_section(kind, items, style, limit))
     lines.append(RULE)
