@@ -26,6 +26,7 @@ from opencode_autoretry.diagnostics.errors import build_errors, errors_json, ren
 from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
 from opencode_autoretry.diagnostics.render import Style
 from opencode_autoretry.diagnostics.timeline import build_timeline, render_timeline, timeline_json
+from opencode_autoretry.diagnostics.timeline_page import timeline_html
 from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
 from opencode_autoretry.models import Session
 from opencode_autoretry.opencode.db import DbError, OpenCodeDB
@@ -107,14 +108,38 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
 @click.command("timeline")
 @click.argument("session")
 @JSON_OPTION
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
+    help="Write the session as one self-contained HTML page (a time axis, details on "
+    "hover) to FILE ('-': standard output).",
+)
 @click.pass_obj
-def timeline(app: AppContext, session: str, as_json: bool) -> None:
+def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | None) -> None:
     """One session's steps, parts and the daemon's decisions (id, id prefix or slug)."""
+    if as_json and html_file is not None:
+        raise click.UsageError("--json and --html are exclusive")
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         found = resolve_session(db, session)
-        report = build_timeline(db, found, records_from(settings.store, found.id), now=now)
+        records = records_from(settings.store, found.id)
+        report = build_timeline(db, found, records, now=now)
+        if html_file is not None:
+            write_page(html_file, timeline_html(db, report, records, now=now))
+            return
     click.echo(timeline_json(report) if as_json else render_timeline(report, Style.for_stream()))
+
+
+def write_page(target: Path, page: str) -> None:
+    if str(target) == "-":
+        click.echo(page, nl=False)
+        return
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    click.echo(f"wrote {target}", err=True)
 
 
 @click.command("errors")
