@@ -22,7 +22,8 @@ it never waits for the GIL) while this thread classifies the batches already rea
      "repetition_stops": {"count": int, "rows": [{"time": ISO, "session_id",
         "message_id": str|null, "turn_id": str|null, "decision_id": int, "action",
         "taken": "reminded"|"replanned"|"stopped"|"skipped", "reason": str,  # the detector's
-        "trimmed": bool, "keep_chars": int|null}]}}   # added in issue 6; oldest first
+        "trimmed": bool, "keep_chars": int|null}]},   # added in issue 6; oldest first
+     "summary": {...}}   # added in issue 12: what autoretry did (see summary_view.py)
 
 ``rows`` hold the newest ``--limit`` findings of each kind and repetition stops (all with
 ``--limit 0``); ``count`` is always the full number. Times are UTC ISO 8601.
