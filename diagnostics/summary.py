@@ -158,9 +158,16 @@ class _Judge:
     ) -> None:
         self.records, self.outcomes, self.parents = records, outcomes, parents
         self.by_step: dict[str, list[DecisionRecord]] = defaultdict(list)
+        by_session: dict[str, list[DecisionRecord]] = defaultdict(list)
         for decision in records.decisions:
+            by_session[decision.session_id].append(decision)
             if decision.message_id:
                 self.by_step[decision.message_id].append(decision)
+        # one small set of records per session: finding the daemon's own abort of a step
+        # then costs that session's decisions, not the whole store's
+        self.of_session = {
+            sid: DaemonRecords(decisions=tuple(found)) for sid, found in by_session.items()
+        }
         self.by_decision: dict[int, list[InjectionRecord]] = defaultdict(list)
         for injection in records.injections:
             self.by_decision[injection.decision_id].append(injection)
@@ -170,7 +177,8 @@ class _Judge:
 
     def decision_for(self, item: ClassifiedStep) -> DecisionRecord | None:
         found = list(self.by_step.get(item.step.id, ()))
-        aborted = daemon_abort_for(self.records, item.step)
+        own = self.of_session.get(item.step.session_id)
+        aborted = daemon_abort_for(own, item.step) if own is not None else None
         if aborted is not None:
             found.append(aborted)
         sends = {d.id for d in found if d.id in self.by_decision}
