@@ -26,7 +26,6 @@ from opencode_autoretry.diagnostics.errors import build_errors, errors_json, ren
 from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
 from opencode_autoretry.diagnostics.render import Style
 from opencode_autoretry.diagnostics.timeline import build_timeline, render_timeline, timeline_json
-from opencode_autoretry.diagnostics.timeline_page import timeline_html
 from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
 from opencode_autoretry.models import Session
 from opencode_autoretry.opencode.db import DbError, OpenCodeDB
@@ -126,6 +125,8 @@ def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | Non
         records = records_from(settings.store, found.id)
         report = build_timeline(db, found, records, now=now)
         if html_file is not None:
+            from opencode_autoretry.diagnostics.timeline_page import timeline_html
+
             write_page(html_file, timeline_html(db, report, records, now=now))
             return
     click.echo(timeline_json(report) if as_json else render_timeline(report, Style.for_stream()))
