@@ -23,6 +23,7 @@ from opencode_autoretry.diagnostics.diagnose import (
     window_start,
 )
 from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
+from opencode_autoretry.diagnostics.progress import scan_progress
 from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
 from opencode_autoretry.diagnostics.render import Style
 from opencode_autoretry.diagnostics.timeline import build_timeline, render_timeline, timeline_json
@@ -91,7 +92,7 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
     """Health check plus every abnormal step of the last DAYS days (0 = all)."""
     settings, now = app.settings(), SystemClock().now()
     records = records_from(settings.store, since=window_start(now, days))
-    with opened(settings.opencode_db) as db:
+    with opened(settings.opencode_db) as db, scan_progress() as progress:
         report = build_diagnose(
             db,
             records,
@@ -99,6 +100,7 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
             days=days,
             bridge_path=bridge_path(),
             runaway_steps=settings.runaway_steps,
+            progress=progress,
         )
     style = Style.for_stream()
     click.echo(diagnose_json(report, limit) if as_json else render_diagnose(report, style, limit))

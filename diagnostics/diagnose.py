@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
@@ -192,6 +192,21 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: Told how many of the scan's batches have been read: ``progress(done, total)``.
+Progress = Callable[[int, int], None]
+
+
+def _results(
+    futures: list[Future[list[MessageRow]]], progress: Progress | None
+) -> Iterator[list[MessageRow]]:
+    """The batches in order, each reported to ``progress`` once read."""
+    for done, future in enumerate(futures, 1):
+        rows = future.result()
+        if progress is not None:
+            progress(done, len(futures))
+        yield rows
+
+
 def build_diagnose(
     db: OpenCodeDB,
     records: DaemonRecords,
@@ -201,8 +216,10 @@ def build_diagnose(
     bridge_path: Path,
     runaway_steps: int = 6,
     zone: tzinfo | None = None,
+    progress: Progress | None = None,
 ) -> DiagnoseReport:
-    """``zone``: the one the summary's days are counted in (None: the machine's)."""
+    """``zone``: the one the summary's days are counted in (None: the machine's);
+    ``progress(done, total)`` is called as each scan batch is read."""
     since = window_start(now, days)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
@@ -216,12 +233,17 @@ def build_diagnose(
         batches = [pool.submit(_step_candidates, reader, db.path, since, r) for r in ranges]
         chunks = db.rowid_ranges("part", since, PART_BATCH_ROWS)
         markup = [pool.submit(_markup_candidates, reader, db.path, since, r) for r in chunks]
+        results = _results([*batches, *markup], progress)
         found = classify_streamed(
-            db, (b.result() for b in batches), now=now, runaway_steps=runaway_steps, lean=True
+            db,
+            (next(results) for _ in batches),
+            now=now,
+            runaway_steps=runaway_steps,
+            lean=True,
         )
         seen = {c.step.id for c in found}
         # A step's parts may straddle two chunks: one row per step.
-        extra = {r.id: r for chunk in markup for r in chunk.result() if r.id not in seen}
+        extra = {r.id: r for chunk in results for r in chunk if r.id not in seen}
         found += classify_rows(
             db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True
         )

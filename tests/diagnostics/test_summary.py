@@ -3,6 +3,7 @@ its breakdowns, in text and under ``--json``'s ``summary``."""
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import UTC, date, timedelta, timezone
 from pathlib import Path
@@ -153,3 +154,49 @@ def test_days_follow_the_given_zone(seeded) -> None:
     assert report.summary is not None
     days = {d.day: d.failed for d in report.summary.per_day}
     assert days[date(2026, 12, 1)] == 14 and days.get(date(2026, 11, 30), 0) == 0
+
+
+def test_progress_is_told_of_every_scan_batch(seeded, monkeypatch) -> None:
+    from opencode_autoretry.diagnostics import diagnose
+
+    monkeypatch.setattr(diagnose, "SCAN_BATCH_ROWS", 5)  # 40 messages: 8 batches
+    calls: list[tuple[int, int]] = []
+    db = OpenCodeDB.open(seeded.db)
+    try:
+        build_diagnose(
+            db,
+            load_records(seeded.store),
+            now=NOW,
+            days=0,
+            bridge_path=Path("/x"),
+            progress=lambda done, total: calls.append((done, total)),
+        )
+    finally:
+        db.close()
+    total = calls[0][1]
+    assert total >= 9 and calls == [(n, total) for n in range(1, total + 1)]
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_only_on_a_terminal_and_only_when_slow() -> None:
+    from opencode_autoretry.diagnostics.progress import DELAY, scan_progress
+
+    with scan_progress(io.StringIO()) as advance:
+        assert advance is None  # piped: nothing drawn
+    now = [0.0]
+    fast = Tty()
+    with scan_progress(fast, clock=lambda: now[0]) as advance:
+        assert advance is not None
+        advance(1, 4)
+        advance(4, 4)
+    assert fast.getvalue() == ""  # ended before the delay
+    slow = Tty()
+    with scan_progress(slow, clock=lambda: now[0]) as advance:
+        now[0] += DELAY + 0.1
+        advance(1, 4)
+        advance(2, 4)
+    assert "scanning OpenCode's database" in slow.getvalue()
