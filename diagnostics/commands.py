@@ -93,11 +93,12 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
         window_start,
     )
     from opencode_autoretry.diagnostics.doctor import quick_summary
+    from opencode_autoretry.diagnostics.progress import scan_progress
     from opencode_autoretry.diagnostics.render import Style
 
     settings, now = app.settings(), SystemClock().now()
     records = records_from(settings.store, since=window_start(now, days))
-    with opened(settings.opencode_db) as db:
+    with opened(settings.opencode_db) as db, scan_progress() as progress:
         report = build_diagnose(
             db,
             records,
@@ -105,6 +106,7 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
             days=days,
             bridge_path=bridge_path(),
             runaway_steps=settings.runaway_steps,
+            progress=progress,
         )
     style = Style.for_stream()
     if not as_json:
@@ -115,9 +117,19 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
 @click.command("timeline")
 @click.argument("session", callback=utf8_text)
 @JSON_OPTION
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, writable=True, allow_dash=True, path_type=Path),
+    help="Write the session as one self-contained HTML page (a time axis, details on "
+    "hover) to FILE ('-': standard output).",
+)
 @click.pass_obj
-def timeline(app: AppContext, session: str, as_json: bool) -> None:
+def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | None) -> None:
     """One session's steps, parts and the daemon's decisions (id, id prefix or slug)."""
+    if as_json and html_file is not None:
+        raise click.UsageError("--json and --html are exclusive")
+
     from opencode_autoretry.diagnostics.render import Style
     from opencode_autoretry.diagnostics.timeline import (
         build_timeline,
@@ -128,8 +140,25 @@ def timeline(app: AppContext, session: str, as_json: bool) -> None:
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         found = resolve_session(db, session)
-        report = build_timeline(db, found, records_from(settings.store, found.id), now=now)
+        records = records_from(settings.store, found.id)
+        report = build_timeline(db, found, records, now=now)
+        if html_file is not None:
+            from opencode_autoretry.diagnostics.timeline_page import timeline_html
+
+            write_page(html_file, timeline_html(db, report, records, now=now))
+            return
     click.echo(timeline_json(report) if as_json else render_timeline(report, Style.for_stream()))
+
+
+def write_page(target: Path, page: str) -> None:
+    if str(target) == "-":
+        click.echo(page, nl=False)
+        return
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ReportError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    click.echo(f"wrote {target}", err=True)
 
 
 @click.command("errors")

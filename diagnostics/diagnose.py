@@ -22,7 +22,8 @@ it never waits for the GIL) while this thread classifies the batches already rea
      "repetition_stops": {"count": int, "rows": [{"time": ISO, "session_id",
         "message_id": str|null, "turn_id": str|null, "decision_id": int, "action",
         "taken": "reminded"|"replanned"|"stopped"|"skipped", "reason": str,  # the detector's
-        "trimmed": bool, "keep_chars": int|null}]}}   # added in issue 6; oldest first
+        "trimmed": bool, "keep_chars": int|null}]},   # added in issue 6; oldest first
+     "summary": {...}}   # added in issue 12: what autoretry did (see summary_view.py)
 
 ``rows`` hold the newest ``--limit`` findings of each kind and repetition stops (all with
 ``--limit 0``); ``count`` is always the full number. Times are UTC ISO 8601.
@@ -32,11 +33,11 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +66,7 @@ from opencode_autoretry.diagnostics.steps import (
     classify_streamed,
     relabel_daemon_aborts,
 )
+from opencode_autoretry.diagnostics.summary import Summary, build_summary
 from opencode_autoretry.models import Kind
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
 
@@ -93,6 +95,7 @@ class DiagnoseReport:
     injections: Mapping[str, int]
     ownerless: tuple[str, ...]
     repetition: tuple[RepetitionStop, ...] = ()
+    summary: Summary | None = None  # issue 12
 
 
 def window_start(now: datetime, days: int) -> datetime | None:
@@ -189,6 +192,21 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+#: Told how many of the scan's batches have been read: ``progress(done, total)``.
+Progress = Callable[[int, int], None]
+
+
+def _results(
+    futures: list[Future[list[MessageRow]]], progress: Progress | None
+) -> Iterator[list[MessageRow]]:
+    """The batches in order, each reported to ``progress`` once read."""
+    for done, future in enumerate(futures, 1):
+        rows = future.result()
+        if progress is not None:
+            progress(done, len(futures))
+        yield rows
+
+
 def build_diagnose(
     db: OpenCodeDB,
     records: DaemonRecords,
@@ -197,7 +215,11 @@ def build_diagnose(
     days: int,
     bridge_path: Path,
     runaway_steps: int = 6,
+    zone: tzinfo | None = None,
+    progress: Progress | None = None,
 ) -> DiagnoseReport:
+    """``zone``: the one the summary's days are counted in (None: the machine's);
+    ``progress(done, total)`` is called as each scan batch is read."""
     since = window_start(now, days)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
@@ -211,27 +233,35 @@ def build_diagnose(
         batches = [pool.submit(_step_candidates, reader, db.path, since, r) for r in ranges]
         chunks = db.rowid_ranges("part", since, PART_BATCH_ROWS)
         markup = [pool.submit(_markup_candidates, reader, db.path, since, r) for r in chunks]
+        results = _results([*batches, *markup], progress)
         found = classify_streamed(
-            db, (b.result() for b in batches), now=now, runaway_steps=runaway_steps, lean=True
+            db,
+            (next(results) for _ in batches),
+            now=now,
+            runaway_steps=runaway_steps,
+            lean=True,
         )
         seen = {c.step.id for c in found}
         # A step's parts may straddle two chunks: one row per step.
-        extra = {r.id: r for chunk in markup for r in chunk.result() if r.id not in seen}
+        extra = {r.id: r for chunk in results for r in chunk if r.id not in seen}
         found += classify_rows(
             db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True
         )
     found = relabel_daemon_aborts(found, records)
     injections = [i for i in records.injections if since is None or i.created >= since]
+    findings = _group(found)
+    stops = tuple(s for s in repetition_stops(records) if since is None or s.decision.at >= since)
     return DiagnoseReport(
         days=days,
         since=since,
         now=now,
         health=health.result(),
-        findings=_group(found),
+        findings=findings,
         injections=dict(Counter(i.state for i in injections)),
         ownerless=tuple(records.ownerless_sessions()),
-        repetition=tuple(
-            s for s in repetition_stops(records) if since is None or s.decision.at >= since
+        repetition=stops,
+        summary=build_summary(
+            db, findings, records.since(since), stops, since=since, now=now, zone=zone
         ),
     )
 
@@ -259,7 +289,7 @@ def _newest(items: tuple[Row, ...], limit: int) -> tuple[Row, ...]:
 def diagnose_json(report: DiagnoseReport, limit: int = 20) -> str:
     health = report.health
     age = (report.now - health.heartbeat).total_seconds() if health.heartbeat else None
-    body = {
+    body: dict[str, Any] = {
         "days": report.days,
         "since": iso(report.since),
         "now": iso(report.now),
@@ -291,6 +321,10 @@ def diagnose_json(report: DiagnoseReport, limit: int = 20) -> str:
             "rows": [stop_json(s) for s in _newest(report.repetition, limit)],
         },
     }
+    if report.summary is not None:
+        from opencode_autoretry.diagnostics.summary_view import summary_json
+
+        body["summary"] = summary_json(report.summary)
     return dump_json("diagnose", body)
 
 
@@ -303,9 +337,18 @@ def _size(value: int) -> str:
     return f"{value} B"
 
 
+def _title_lines(report: DiagnoseReport, style: Style) -> list[str]:
+    window = "all time" if report.since is None else f"last {report.days} days"
+    lines = [style.head(f"autoretry diagnose — {window}"), RULE]
+    if report.summary is not None:
+        from opencode_autoretry.diagnostics.summary_view import render_summary
+
+        lines += [render_summary(report.summary, style), RULE]
+    return lines
+
+
 def _health_lines(report: DiagnoseReport, style: Style) -> list[str]:
     health = report.health
-    window = "all time" if report.since is None else f"last {report.days} days"
     if health.heartbeat is None:
         daemon = style.warn("no heartbeat (the daemon has not run)")
     else:
@@ -315,8 +358,6 @@ def _health_lines(report: DiagnoseReport, style: Style) -> list[str]:
         daemon = style.good(text) if age < 120 else style.warn(text + " — stale")
     bridge = style.good("installed") if health.bridge_installed else style.warn("not installed")
     return [
-        style.head(f"autoretry diagnose — {window}"),
-        RULE,
         f"DB:        {health.db_path} ({_size(health.db_bytes)})",
         f"Rows:      sessions={health.sessions} messages={health.messages} parts={health.parts}",
         f"OpenCode:  {', '.join(health.versions) or '-'}",
@@ -343,7 +384,7 @@ def _section(kind: Kind, items: tuple[ClassifiedStep, ...], style: Style, limit:
 
 
 def render_diagnose(report: DiagnoseReport, style: Style, limit: int = 20) -> str:
-    lines = _health_lines(report, style)
+    lines = _title_lines(report, style) + _health_lines(report, style)
     for kind, items in report.findings.items():
         lines.extend(_section(kind, items, style, limit))
     lines.append(RULE)

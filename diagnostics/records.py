@@ -7,7 +7,7 @@ testable with literal records and makes "no store yet" simply empty.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -42,6 +42,17 @@ class DaemonRecords:
 
     def decision(self, decision_id: int) -> DecisionRecord | None:
         return next((d for d in self.decisions if d.id == decision_id), None)
+
+    def since(self, cut: datetime | None) -> DaemonRecords:
+        """Only the decisions, injections and trims from ``cut`` on (None: all)."""
+        if cut is None:
+            return self
+        return replace(
+            self,
+            decisions=tuple(d for d in self.decisions if d.at >= cut),
+            injections=tuple(i for i in self.injections if i.created >= cut),
+            trims=tuple(t for t in self.trims if t.at >= cut),
+        )
 
     def ownerless_sessions(self) -> list[str]:
         """Sessions the daemon could not act on because no live process owned them."""

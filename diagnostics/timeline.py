@@ -26,6 +26,8 @@ injections are merged in by time.
     PART = {"type", "text": str (excerpt, text/reasoning), "tool": str, "status": str,
             "loop_start": int}  # only on a trimmed part: where the kept text ends (issue 6)
 
+``--html FILE`` draws the same entries as one self-contained page (``timeline_page.py``).
+
 A trimmed part (a stopped loop, issue 6) shows its text up to the cut, a ``⟲ loop began
 here`` line and the repeated block once: the model no longer sees the rest, the TUI does.
 """

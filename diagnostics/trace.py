@@ -118,7 +118,7 @@ def outcome_of(next_step: Message | None) -> Outcome:
     return Outcome("pending", "… pending (reply in progress)", mid)
 
 
-def _undelivered(injection: InjectionRecord) -> Outcome:
+def undelivered(injection: InjectionRecord) -> Outcome:
     if injection.state == "failed":
         return Outcome("not_sent", f"✗ not sent ({injection.error or 'failed'})")
     if injection.state == "cancelled":
@@ -149,7 +149,7 @@ def _continuation(
     elif injection is not None:
         trigger_id = decision.message_id if decision else None
         before = db.message(trigger_id) if trigger_id else None
-        outcome = _undelivered(injection)
+        outcome = undelivered(injection)
         time, session_id = injection.created, injection.session_id
     else:
         raise ValueError("a continuation needs an injection record or a message")

@@ -1,0 +1,308 @@
+"""What autoretry did for you over the window: the summary ``diagnose`` opens with.
+
+Every failed step the report found (``steps.py``) is joined with the daemon's decisions on
+the step it was about (``decision.message_id``, or the abort the daemon itself caused) and,
+when a continuation was sent, with that continuation's outcome (the first assistant step
+after the injected message, judged as ``trace`` does). A failed *turn* takes the fate of its
+newest failed step:
+
+- ``recovered``: continued automatically and the reply came back with output;
+- ``gave_up``: the budget ran out, the daemon told the user and waits for them;
+- ``left_alone``: on purpose, with a reason (``not_retryable``, ``user_abort``, ``child``,
+  ``switched_off``, ``no_owner``, ``waiting``, ``other``);
+- ``not_recovered``: continued, but the reply failed again, or the continuation was never
+  delivered (not sent, cancelled);
+- ``in_progress``: a continuation is scheduled or its reply has not finished;
+- ``unattended``: no decision on record (the daemon was not running then).
+
+Nothing here knows the list of decision kinds or actions: counts are keyed by the strings the
+store holds, so a kind or action added later shows up in every breakdown as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, tzinfo
+
+from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
+from opencode_autoretry.diagnostics.repetition_view import RepetitionStop
+from opencode_autoretry.diagnostics.steps import ABNORMAL_KINDS, ClassifiedStep
+from opencode_autoretry.diagnostics.trace import Outcome, outcome_of, undelivered
+from opencode_autoretry.models import Kind, Role
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.store import DecisionRecord, InjectionRecord
+
+FATES = ("recovered", "gave_up", "left_alone", "not_recovered", "in_progress", "unattended")
+#: Why a failure was left alone, tested in this order against the skip decision's reason.
+LEFT_ALONE_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("switched_off", re.compile(r"autoretry is off|switched off", re.I)),
+    ("user_abort", re.compile(r"user aborted", re.I)),
+    ("waiting", re.compile(r"waiting on|is busy|is retrying", re.I)),
+    ("child", re.compile(r"child session|parent unknown", re.I)),
+    ("no_owner", NO_OWNER),
+    ("not_retryable", re.compile(r"not retr|not retryable|finished normally|still running", re.I)),
+)
+LEFT_ALONE = (*(name for name, _ in LEFT_ALONE_REASONS), "other")
+#: A skip that only repeats an earlier decision about the same failure says nothing new.
+_DUPLICATE = re.compile(r"already (handled|scheduled|pending)", re.I)
+_EXHAUSTED = re.compile(r"exhausted", re.I)
+#: Continuation outcomes that reached the model and finished (the success rate's base).
+SETTLED = ("recovered", "failed", "blank")
+
+
+@dataclass(frozen=True)
+class Tally:
+    """One row of a breakdown."""
+
+    failed: int = 0
+    recovered: int = 0
+    continuations: int = 0
+    decisions: int = 0
+
+
+@dataclass(frozen=True)
+class DayCount:
+    day: date
+    failed: int
+    recovered: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    failed_steps: int
+    failed_turns: int
+    failed_sessions: int
+    turns: Mapping[str, int]  # fate -> turns, every fate listed
+    left_alone: Mapping[str, int]  # why -> turns, every reason listed
+    loops: Mapping[str, int]  # reminded / replanned / stopped / skipped -> decisions
+    continuations: Mapping[str, int]  # outcome status -> continuations
+    decisions: Mapping[str, Mapping[str, int]]  # action -> kind -> decisions
+    per_day: tuple[DayCount, ...]
+    by_model: Mapping[str, Tally]
+    by_kind: Mapping[str, Tally]
+
+    @property
+    def recovered_share(self) -> float | None:
+        return self.turns["recovered"] / self.failed_turns if self.failed_turns else None
+
+    @property
+    def continuations_sent(self) -> int:
+        return sum(self.continuations.values())
+
+    @property
+    def success_rate(self) -> float | None:
+        settled = sum(self.continuations.get(s, 0) for s in SETTLED)
+        return self.continuations.get("recovered", 0) / settled if settled else None
+
+
+@dataclass(frozen=True)
+class _Fate:
+    item: ClassifiedStep
+    turn: tuple[str, str]
+    fate: str
+    why: str | None
+
+
+def continuation_outcomes(
+    db: OpenCodeDB, injections: Iterable[InjectionRecord]
+) -> dict[int, Outcome]:
+    """Each injection's outcome: two indexed look-ups per delivered one."""
+    found: dict[int, Outcome] = {}
+    for injection in injections:
+        if injection.state in ("failed", "cancelled"):
+            found[injection.id] = undelivered(injection)
+            continue
+        message = db.message(injection.message_id) if injection.message_id else None
+        if message is None:
+            found[injection.id] = Outcome("pending", f"… pending ({injection.state})")
+            continue
+        reply = db.neighbours(message, Role.ASSISTANT, before=False)
+        found[injection.id] = outcome_of(reply)
+    return found
+
+
+def _rank(decision: DecisionRecord, sends: set[int]) -> int:
+    """Which decision about a step tells what became of it: a send, then a notice, then a
+    skip with a reason of its own, then a skip that repeats an earlier decision."""
+    if decision.id in sends:
+        return 3
+    if decision.action == "notify":
+        return 2
+    return 0 if _DUPLICATE.search(decision.reason) else 1
+
+
+def _left_alone_reason(reason: str) -> str:
+    return next((name for name, rx in LEFT_ALONE_REASONS if rx.search(reason)), "other")
+
+
+def _fate_of_send(outcomes: Sequence[Outcome]) -> str:
+    statuses = {o.status for o in outcomes}
+    if "recovered" in statuses:
+        return "recovered"
+    if not statuses or "pending" in statuses:
+        return "in_progress"
+    return "not_recovered"
+
+
+class _Judge:
+    """Joins failed steps with the store's decisions and the continuations' outcomes."""
+
+    def __init__(
+        self,
+        records: DaemonRecords,
+        outcomes: Mapping[int, Outcome],
+        parents: Mapping[str, str | None],
+    ) -> None:
+        self.records, self.outcomes, self.parents = records, outcomes, parents
+        self.by_step: dict[str, list[DecisionRecord]] = defaultdict(list)
+        by_session: dict[str, list[DecisionRecord]] = defaultdict(list)
+        for decision in records.decisions:
+            by_session[decision.session_id].append(decision)
+            if decision.message_id:
+                self.by_step[decision.message_id].append(decision)
+        # one small set of records per session: finding the daemon's own abort of a step
+        # then costs that session's decisions, not the whole store's
+        self.of_session = {
+            sid: DaemonRecords(decisions=tuple(found)) for sid, found in by_session.items()
+        }
+        self.by_decision: dict[int, list[InjectionRecord]] = defaultdict(list)
+        for injection in records.injections:
+            self.by_decision[injection.decision_id].append(injection)
+        self.turn_of_injected = {
+            i.message_id: i.turn_id for i in records.injections if i.message_id and i.turn_id
+        }
+
+    def decision_for(self, item: ClassifiedStep) -> DecisionRecord | None:
+        found = list(self.by_step.get(item.step.id, ()))
+        own = self.of_session.get(item.step.session_id)
+        aborted = daemon_abort_for(own, item.step) if own is not None else None
+        if aborted is not None:
+            found.append(aborted)
+        sends = {d.id for d in found if d.id in self.by_decision}
+        return max(found, key=lambda d: (_rank(d, sends), d.id), default=None)
+
+    def judge(self, item: ClassifiedStep) -> _Fate:
+        step, decision = item.step, self.decision_for(item)
+        parent = step.parent_id or ""
+        turn_id = (decision.turn_id if decision else None) or self.turn_of_injected.get(parent)
+        turn = (step.session_id, turn_id or parent)
+        if decision is None:
+            return _Fate(item, turn, *self._without_decision(item))
+        injections = self.by_decision.get(decision.id, ())
+        if injections:
+            fate = _fate_of_send([self.outcomes[i.id] for i in injections if i.id in self.outcomes])
+            return _Fate(item, turn, fate, None)
+        if decision.action == "notify" or _EXHAUSTED.search(decision.reason):
+            return _Fate(item, turn, "gave_up", None)
+        if decision.action == "skip":
+            return _Fate(item, turn, "left_alone", _left_alone_reason(decision.reason))
+        return _Fate(item, turn, "in_progress", None)  # a send whose intent is not recorded yet
+
+    def _without_decision(self, item: ClassifiedStep) -> tuple[str, str | None]:
+        """What the daemon would never have acted on anyway, else unattended."""
+        if item.verdict.kind is Kind.USER_ABORT:
+            return "left_alone", "user_abort"
+        if item.verdict.kind is Kind.ORPHAN:
+            return "left_alone", "no_owner"
+        if self.parents.get(item.step.session_id):
+            return "left_alone", "child"
+        if not item.verdict.retryable:
+            return "left_alone", "not_retryable"
+        return "unattended", None
+
+
+def _days(first: date, last: date) -> list[date]:
+    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+def _per_day(
+    fates: Sequence[_Fate], since: datetime | None, now: datetime, zone: tzinfo | None
+) -> tuple[DayCount, ...]:
+    def day(value: datetime) -> date:
+        return value.astimezone(zone).date()
+
+    failed = Counter(day(f.item.step.time_created) for f in fates)
+    recovered = Counter(day(f.item.step.time_created) for f in fates if f.fate == "recovered")
+    start = day(since) if since else min(failed, default=day(now))
+    span = _days(min(start, day(now)), day(now))
+    return tuple(DayCount(d, failed[d], recovered[d]) for d in span)
+
+
+def _model(item: ClassifiedStep) -> str:
+    step = item.step
+    return f"{step.provider_id or '-'}/{step.model_id or '-'}"
+
+
+def _kind_order(kinds: Iterable[str]) -> list[str]:
+    known = [str(k) for k in ABNORMAL_KINDS]
+    rest = sorted(set(kinds) - set(known))
+    present = set(kinds)
+    return [k for k in known if k in present] + rest
+
+
+def _breakdowns(
+    fates: Sequence[_Fate],
+    records: DaemonRecords,
+    outcomes: Mapping[int, Outcome],
+) -> tuple[dict[str, Tally], dict[str, Tally]]:
+    by_model: dict[str, Counter[str]] = defaultdict(Counter)
+    by_kind: dict[str, Counter[str]] = defaultdict(Counter)
+    for fate in fates:
+        for table, key in ((by_model, _model(fate.item)), (by_kind, str(fate.item.verdict.kind))):
+            table[key]["failed"] += 1
+            table[key]["recovered"] += fate.fate == "recovered"
+    kind_of = {d.id: d.kind or "-" for d in records.decisions}
+    for decision in records.decisions:
+        by_kind[decision.kind or "-"]["decisions"] += 1
+    for injection in records.injections:
+        by_kind[kind_of.get(injection.decision_id, "-")]["continuations"] += 1
+    models = {k: Tally(**v) for k, v in sorted(by_model.items(), key=lambda kv: -kv[1]["failed"])}
+    kinds = {k: Tally(**by_kind[k]) for k in _kind_order(by_kind)}
+    return models, kinds
+
+
+def build_summary(
+    db: OpenCodeDB,
+    findings: Mapping[Kind, Sequence[ClassifiedStep]],
+    records: DaemonRecords,
+    repetition: Sequence[RepetitionStop],
+    *,
+    since: datetime | None,
+    now: datetime,
+    zone: tzinfo | None = None,
+) -> Summary:
+    """``records`` must already be limited to the window (``load_records(since=...)``)."""
+    items = sorted(
+        (i for found in findings.values() for i in found),
+        key=lambda i: (i.step.time_created, i.step.id),
+    )
+    outcomes = continuation_outcomes(db, records.injections)
+    judge = _Judge(records, outcomes, _parents(db, {i.step.session_id for i in items}))
+    fates = [judge.judge(i) for i in items]
+    newest: dict[tuple[str, str], _Fate] = {f.turn: f for f in fates}  # oldest first: last wins
+    turns = Counter(f.fate for f in newest.values())
+    why = Counter(f.why for f in newest.values() if f.fate == "left_alone")
+    actions: dict[str, Counter[str]] = defaultdict(Counter)
+    for decision in records.decisions:
+        actions[decision.action][decision.kind or "-"] += 1
+    models, kinds = _breakdowns(fates, records, outcomes)
+    return Summary(
+        failed_steps=len(fates),
+        failed_turns=len(newest),
+        failed_sessions=len({f.item.step.session_id for f in fates}),
+        turns={fate: turns[fate] for fate in FATES},
+        left_alone={reason: why[reason] for reason in LEFT_ALONE},
+        loops=dict(Counter(s.taken for s in repetition)),
+        continuations=dict(Counter(outcomes[i.id].status for i in records.injections)),
+        decisions={a: dict(sorted(k.items())) for a, k in sorted(actions.items())},
+        per_day=_per_day(fates, since, now, zone),
+        by_model=models,
+        by_kind=kinds,
+    )
+
+
+def _parents(db: OpenCodeDB, session_ids: set[str]) -> dict[str, str | None]:
+    return {sid: s.parent_id for sid, s in db.sessions(session_ids).items()}

@@ -1,0 +1,122 @@
+"""``autoretry timeline SESSION --html FILE`` (issue 12): one self-contained page, checked as
+text here and in a real browser (headless Chromium) when one is installed."""
+
+from __future__ import annotations
+
+import re
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/browser.py
+
+from browser import check_page, find_chromium  # noqa: E402
+
+from opencode_autoretry.diagnostics.timeline_page import GAP_CAP, Axis  # noqa: E402
+
+
+def write_page(invoke, session: str, target: Path) -> str:
+    result = invoke("timeline", session, "--html", str(target))
+    assert result.exit_code == 0, result.output
+    assert f"wrote {target}" in result.output  # on stderr (CliRunner mixes them)
+    return target.read_text(encoding="utf-8")
+
+
+def kinds(page: str) -> set[str]:
+    return set(re.findall(r'data-kind="([^"]+)"', page))
+
+
+def test_page_is_self_contained(invoke, seeded, tmp_path: Path) -> None:
+    page = write_page(invoke, seeded.sessions["main"], tmp_path / "main.html")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "<script" not in page and "<link" not in page and "<img" not in page
+    assert not re.search(r"(https?:)?//[a-z0-9]", page.replace("</", ""), re.I)
+    assert not re.search(r'\b(src|href)="(?!#)', page)  # links only to its own rows
+    assert "url(" not in page and "@import" not in page
+
+
+def test_page_marks_what_happened(invoke, seeded, tmp_path: Path) -> None:
+    page = write_page(invoke, seeded.sessions["main"], tmp_path / "main.html")
+    # the blank was continued and recovered; the reset (retried by OpenCode) was continued,
+    # the reply hit a 429 and the budget ran out: a notice
+    assert {"user-real", "user-injected", "ok", "fault", "abort", "oc-retry"} <= kinds(page)
+    assert {"inject", "recovered", "failed", "notify"} <= kinds(page)
+    assert page.count('class="mark ') == page.count("<tr id=")
+    assert "continuation #1: recovered" in page and "✓ recovered (output=42)" in page
+    assert "rate_limit budget exhausted (2/2)" in page
+    assert "swift-planet" in page and "Times are local (UTC +0000)" in page
+
+
+def test_waits_and_loop_stops_are_drawn(fresh_seeded, run_on, tmp_path: Path) -> None:
+    from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind
+    from opencode_autoretry.store import Store
+
+    store = Store.open(fresh_seeded.store)
+    sid, turn = fresh_seeded.sessions["net"], fresh_seeded.users["net"]
+    at = datetime(2026, 11, 30, 12, 10, tzinfo=UTC)
+    wait = Decision(
+        Action.INJECT_AT, "inject_at: timeout", sid, turn, Kind.TIMEOUT, BudgetGroup.TIMEOUT,
+        "Continue.", at + timedelta(seconds=5), 0, 1, 2,
+    )
+    store.record_decision(wait, at, message_id=fresh_seeded.steps["timeout"])
+    stop = Decision(Action.NOTIFY, "notify: repetition", sid, turn, Kind.REPETITION)
+    store.record_decision(stop, at + timedelta(seconds=9))
+    store.record_decision(Decision("hold_subagent", "a new action", sid, turn, "hung"), at)  # type: ignore[arg-type]
+    store.close()
+    target = tmp_path / "net.html"
+    result = run_on(fresh_seeded.db, fresh_seeded.store, "timeline", sid, "--html", str(target))
+    assert result.exit_code == 0, result.output
+    page = target.read_text()
+    assert {"wait", "inject", "loop", "other"} <= kinds(page)
+    assert "waits 5 s" in page and "hold_subagent hung" in page
+
+
+def test_dash_writes_to_stdout_and_json_excludes_html(invoke, seeded) -> None:
+    out = invoke("timeline", seeded.sessions["quiet"], "--html", "-")
+    assert out.exit_code == 0 and out.output.startswith("<!DOCTYPE html>")
+    both = invoke("timeline", seeded.sessions["quiet"], "--html", "-", "--json")
+    assert both.exit_code == 2 and "exclusive" in both.output
+
+
+def test_unwritable_file_is_one_line_and_exit_2(invoke, seeded, tmp_path: Path) -> None:
+    result = invoke("timeline", seeded.sessions["quiet"], "--html", str(tmp_path / "no" / "x.html"))
+    assert result.exit_code == 2 and "cannot write" in result.output
+
+
+def test_long_gaps_are_shortened_on_the_axis() -> None:
+    start = datetime(2026, 11, 30, tzinfo=UTC)
+    times = [start, start + timedelta(seconds=10), start + timedelta(hours=5)]
+    axis = Axis.over(times, events=3)
+    assert axis.span == 10 + GAP_CAP.total_seconds()
+    assert axis.breaks == ((times[2], timedelta(hours=5) - timedelta(seconds=10)),)
+    assert 0 == axis.x(times[0]) < axis.x(times[1]) < axis.x(times[2]) <= axis.width
+
+
+chromium = pytest.mark.skipif(
+    find_chromium() is None, reason="chromium is not installed (apt-get install chromium)"
+)
+
+
+@chromium
+def test_page_renders_in_chromium_without_console_errors(invoke, seeded, tmp_path: Path) -> None:
+    target = tmp_path / "main.html"
+    page = write_page(invoke, seeded.sessions["main"], target)
+    found = check_page(target)
+    assert found.done, found
+    assert found.console == ()
+    assert found.marks == found.drawn == found.tips == page.count('class="mark ') > 0
+    assert {"fault", "recovered", "notify", "user-injected", "oc-retry"} <= found.kinds
+    assert found.lanes == 5 and found.rows == found.marks
+    assert "swift-planet" in found.text
+
+
+@chromium
+def test_the_browser_check_sees_console_errors(tmp_path: Path) -> None:
+    """The negative control: a page with a script error is caught."""
+    bad = tmp_path / "bad.html"
+    bad.write_text("<!DOCTYPE html><p>x</p><script>missingFunction();</script>")
+    found = check_page(bad)
+    assert found.done and found.marks == 0
+    assert any("missingFunction" in line for line in found.console), found.console
