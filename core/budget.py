@@ -272,6 +272,8 @@ def _past_deadline(
 
 
 def _text_for(verdict: Verdict, used_before: int, policy: Policy) -> str:
+    if verdict.text:
+        return verdict.text
     if verdict.kind is Kind.REPETITION:
         key = "repetition_remind" if used_before == 0 else "repetition_replan"
         return policy.text(key)
@@ -335,6 +337,8 @@ def _spend(
     if count.used >= count.limit:
         why = f"retried {count.used} of {count.limit} times ({count.label})"
         return _exhaust(ledger, verdict, count, why, policy)
+    if verdict.give_up:  # e.g. todos that two continuations in a row did not move
+        return _exhaust(ledger, verdict, count, verdict.give_up, policy)
     attempt = _attempt(ledger, group)
     delay = retry_delay(budget, attempt, verdict.retry_after_ms, rand)
     ledger = ledger if ledger.first_failure else replace(ledger, first_failure=now)

@@ -243,6 +243,7 @@ class Kind(StrEnum):
     RUNAWAY = "runaway"
     REPETITION = "repetition"
     STALL = "stall"
+    UNFINISHED_TODOS = "unfinished_todos"  # a healthy end with todos left (core/todos.py)
 
 
 class BudgetGroup(StrEnum):
@@ -258,6 +259,7 @@ class BudgetGroup(StrEnum):
     LENGTH = "length"
     REPETITION = "repetition"
     STALL = "stall"
+    TODOS = "todos"
 
 
 #: Which budget group a retryable kind spends. Kinds absent here never inject.
@@ -276,6 +278,7 @@ GROUP_OF_KIND: Mapping[Kind, BudgetGroup] = {
     Kind.RUNAWAY: BudgetGroup.UNKNOWN,
     Kind.REPETITION: BudgetGroup.REPETITION,
     Kind.STALL: BudgetGroup.STALL,
+    Kind.UNFINISHED_TODOS: BudgetGroup.TODOS,
 }
 
 
@@ -289,6 +292,8 @@ class Verdict:
     message_id: str | None = None
     retry_after_ms: int | None = None
     error: ErrorInfo | None = None
+    text: str | None = None  # a detector's own continuation text (e.g. naming the todos)
+    give_up: str | None = None  # a detector's reason to stop for good: notify, exhaust the group
 
     @property
     def group(self) -> BudgetGroup | None:
@@ -318,6 +323,7 @@ class Decision:
     used_before: int = 0
     used_after: int = 0
     limit: int = 0
+    toast: str | None = None  # shown instead of the standard "continuing in 5 s" toast
 
     @property
     def sends(self) -> bool:

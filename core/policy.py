@@ -59,6 +59,8 @@ DEFAULT_BUDGETS: Mapping[BudgetGroup, GroupBudget] = {
     BudgetGroup.LENGTH: GroupBudget(max_retries=3),
     BudgetGroup.REPETITION: _AT_ONCE_2,
     BudgetGroup.STALL: _AT_ONCE_2,
+    # Set from ``[todos]`` max_continuations and countdown (core/todos.py), 3 and 5 s.
+    BudgetGroup.TODOS: GroupBudget(max_retries=3, initial_delay=5.0, max_delay=5.0),
 }
 
 #: Server hints (Retry-After) are honoured but kept sane: at least 100 ms, at most 5 minutes.
@@ -130,6 +132,8 @@ DEFAULT_MESSAGES: Mapping[str, str] = {
         "Continue from where it stopped."
     ),
     "exhausted": "autoretry: retried {used} times, still failing ({group}) — waiting for you.",
+    # Only a fallback: the todo guard sends ``[todos] message`` with the todos named.
+    "unfinished_todos": "Continue with the next unfinished todo, or say what blocks it.",
 }
 #: A kind-specific key falls back to its family key, then to the built-in text.
 _FAMILY: Mapping[str, str] = {

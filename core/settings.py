@@ -19,6 +19,8 @@ from opencode_autoretry import paths
 POLICY_TABLES = ("budgets", "providers", "messages")
 #: Raw tables validated where they are used: ``[repetition.penalties.<provider>]`` (issue 6).
 REPETITION_TABLE = "repetition"
+#: ``[todos]`` (issue 9), validated by ``opencode_autoretry.todos.load_todo_config``.
+TODOS_TABLE = "todos"
 
 
 class SettingsError(ValueError):
@@ -39,10 +41,11 @@ class Settings:
     verbose: bool = False
     policy: Mapping[str, Any] = field(default_factory=dict)  # raw budgets/providers/messages
     repetition: Mapping[str, Any] = field(default_factory=dict)  # raw [repetition] table
+    todos: Mapping[str, Any] = field(default_factory=dict)  # raw [todos] table
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
-_RAW_TABLES = {"policy", REPETITION_TABLE}
+_RAW_TABLES = {"policy", REPETITION_TABLE, TODOS_TABLE}
 _POSITIVE = {"poll_interval", "tick_interval", "stall_timeout", "runaway_steps"}
 
 
@@ -107,10 +110,10 @@ def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
     known = _field_types()
     values: dict[str, object] = {}
     for key, raw in table.items():
-        if key in POLICY_TABLES or key == REPETITION_TABLE:
+        if key in POLICY_TABLES or key in (REPETITION_TABLE, TODOS_TABLE):
             continue
         if key not in known:
-            choices = ", ".join(sorted([*known, *POLICY_TABLES, REPETITION_TABLE]))
+            choices = ", ".join(sorted([*known, *POLICY_TABLES, REPETITION_TABLE, TODOS_TABLE]))
             raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
         values[key] = _coerce(key, raw, origin)
     return values
@@ -143,6 +146,10 @@ def resolve(
     repetition = table.get(REPETITION_TABLE, {})
     if not isinstance(repetition, Mapping):
         raise SettingsError(f"{path}: {REPETITION_TABLE} must be a table")
+    todos = table.get(TODOS_TABLE, {})
+    if not isinstance(todos, Mapping):
+        raise SettingsError(f"{path}: {TODOS_TABLE} must be a table")
     return replace(
-        Settings(), **values, policy=policy, repetition=repetition  # type: ignore[arg-type]
+        Settings(), **values, policy=policy, repetition=repetition,  # type: ignore[arg-type]
+        todos=todos,
     )

@@ -35,6 +35,7 @@ _LABELS: Mapping[Kind, str] = {
     Kind.TRUNCATED: "output cut off",
     Kind.REPETITION: "repeating itself",
     Kind.STALL: "stalled",
+    Kind.UNFINISHED_TODOS: "unfinished todos",
 }
 
 
@@ -148,7 +149,7 @@ class Actions:
             self.pending[decision.session_id] = PendingRetry(
                 decision.session_id, decision.turn_id, message_id, decision.group, due
             )
-        self.notify(decision.session_id, recovery_toast(decision, now), "info")
+        self.notify(decision.session_id, decision.toast or recovery_toast(decision, now), "info")
         if decision.action is Action.ABORT_THEN_INJECT:
             self.abort(decision.session_id, now)
         self._timers.arm(injection_id, due)

@@ -57,6 +57,7 @@ from opencode_autoretry.daemon.sessions import (
     with_error,
 )
 from opencode_autoretry.daemon.sources import UnownedWatch
+from opencode_autoretry.daemon.todo_guard import TodoGuard
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
@@ -65,6 +66,7 @@ from opencode_autoretry.plugin_bridge import protocol
 from opencode_autoretry.policy import Policy
 from opencode_autoretry.settings import Settings
 from opencode_autoretry.store import Store
+from opencode_autoretry.todos import with_todo_budget
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,8 @@ class Loop:
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
         self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
+        self.todos = TodoGuard.for_loop(self)  # issue 9: healthy ends with todos left
+        self.policy = with_todo_budget(policy, self.todos.config)
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
@@ -256,6 +260,7 @@ class Loop:
         view.unknown_steps.clear()
         view.runaway_acted.clear()
         self.repetition.new_turn(chat.session_id)
+        self.todos.new_turn(chat.session_id)
         if chat.message_id:
             self.store.set_current_turn(chat.session_id, chat.message_id, now)
 
@@ -270,6 +275,7 @@ class Loop:
         if kind in _PROGRESS:
             view.last_activity = now
         self.repetition.on_event(view, kind, props, now)
+        self.todos.on_event(session_id, kind, props)
         if kind == "session.status":
             status = props.get("status")
             self._on_status(view, status if isinstance(status, Mapping) else {}, now)
@@ -372,6 +378,8 @@ class Loop:
         live = self.sessions.live_facts(view.session_id, settled=settled)
         if verdict is None:
             verdict = classify(turn, live, now=now, runaway_steps=self.settings.runaway_steps)
+        if verdict.kind is Kind.HEALTHY and settled:
+            return self.todos.on_healthy(view, turn, live, now)
         if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
             return None
         decision = self._decide(view, turn, verdict, live, now)

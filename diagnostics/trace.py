@@ -26,7 +26,12 @@ to act (skip, notify) follow, with their reasons.
         "outcome": {"status": "clean"|"looped"|"pending"|"stopped"|"skipped", "detail": str,
                     "message_id": str|null}}],
      "trims": [{"id": int, "time": ISO, "session_id", "message_id", "part_id",
-                "keep_chars": int, "excerpt": str|null, "decision_id": int|null}]}
+                "keep_chars": int, "excerpt": str|null, "decision_id": int|null}],
+     # added in issue 9 (diagnostics/todo_view.py):
+     "todo_continuations": [{"time": ISO, "session_id", "injection_id": int,
+        "decision_id": int, "named": [str],   # "[pending] Add the tests"
+        "progress": {"status": "progress"|"no_progress"|"pending"|"not_sent"|"cancelled",
+                     "detail": str}}]}
 
 A repetition stop's outcome: ``looped`` when a later repetition decision falls in the same
 turn, else ``clean`` once the reminder's next assistant step finished, else ``pending``.
@@ -63,6 +68,12 @@ from opencode_autoretry.diagnostics.steps import (
     classify_message,
     relabel_daemon_aborts,
 )
+from opencode_autoretry.diagnostics.todo_view import (
+    TodoContinuation,
+    todo_continuations,
+    todo_json,
+    todo_lines,
+)
 from opencode_autoretry.models import Kind, Message, PartType, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
@@ -97,6 +108,7 @@ class TraceReport:
     declined: tuple[DecisionRecord, ...]
     repetition: tuple[tuple[RepetitionStop, LoopOutcome], ...] = ()
     trims: tuple[TrimRecord, ...] = ()
+    todos: tuple[TodoContinuation, ...] = ()
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -189,7 +201,8 @@ def build_trace(
     )
     stops = tuple((s, loop_outcome(db, records, s)) for s in repetition_stops(records, session_id))
     trims = tuple(t for t in records.trims if session_id in (None, t.session_id))
-    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims)
+    todos = todo_continuations(db, records, session_id)
+    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, todos)
 
 
 def _delivered(
@@ -258,6 +271,7 @@ def trace_json(report: TraceReport) -> str:
             for stop, outcome in report.repetition
         ],
         "trims": [trim_json(t) for t in report.trims],
+        "todo_continuations": [todo_json(t) for t in report.todos],
     }
     return dump_json("trace", body)
 
@@ -323,6 +337,7 @@ def render_trace(report: TraceReport, style: Style) -> str:
             f"{decision.action.upper()} {decision.kind or '-'}: {decision.reason}"
         )
     lines.extend(_repetition_lines(report, style))
+    lines += [RULE, *todo_lines(report.todos, style)]
     return "\n".join(lines)
 
 

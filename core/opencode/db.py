@@ -52,6 +52,7 @@ from opencode_autoretry.opencode.shapes import (
     parse_part,
     parse_session,
 )
+from opencode_autoretry.todos import Todo
 
 BUSY_TIMEOUT_S = 5.0
 REQUIRED_TABLES = ("session", "message", "part")
@@ -266,6 +267,13 @@ class OpenCodeDB:
 
     def messages_by_id(self, message_ids: Sequence[str]) -> list[Message]:
         return self.with_parts(self._rows_by_id(message_ids))
+
+    def todos(self, session_id: str) -> list[Todo]:
+        """The session's todo list as ``todowrite`` last wrote it, in order (PK lookup)."""
+        if not self._has_table("todo"):
+            return []
+        sql = "SELECT content, status, priority FROM todo WHERE session_id = ? ORDER BY position"
+        return [Todo(str(c), str(s), str(p)) for c, s, p in self._rows(sql, (session_id,))]
 
     # -- tailing (daemon) ---------------------------------------------------------------------
 
