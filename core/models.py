@@ -243,6 +243,7 @@ class Kind(StrEnum):
     RUNAWAY = "runaway"
     REPETITION = "repetition"
     STALL = "stall"
+    SUBAGENT_STALL = "subagent_stall"  # a child session hung: aborted, never prompted (issue 9)
 
 
 class BudgetGroup(StrEnum):
@@ -300,6 +301,7 @@ class Action(StrEnum):
     INJECT_AT = "inject_at"  # send at ``due``
     ABORT_THEN_INJECT = "abort_then_inject"
     NOTIFY = "notify"  # tell the user, send nothing (e.g. budget exhausted)
+    ABORT = "abort"  # stop the session, send nothing (a hung subagent, issue 9)
     SKIP = "skip"  # nothing to do, with the reason recorded
 
 
