@@ -25,6 +25,7 @@ from opencode_autoretry.diagnostics.diagnose import (
 from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
 from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
 from opencode_autoretry.diagnostics.render import Style
+from opencode_autoretry.diagnostics.subagent_view import with_child_aborts
 from opencode_autoretry.diagnostics.timeline import build_timeline, render_timeline, timeline_json
 from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
 from opencode_autoretry.models import Session
@@ -61,6 +62,17 @@ def records_from(
 ) -> DaemonRecords:
     try:
         return load_records(store, session_id, since)
+    except StoreError as exc:
+        raise ReportError(str(exc)) from exc
+
+
+def with_children(
+    records: DaemonRecords, store: Path, db: OpenCodeDB, session_id: str,
+    since: datetime | None = None,
+) -> DaemonRecords:
+    """A session's records plus the aborts of its hung subagents (issue 9)."""
+    try:
+        return with_child_aborts(records, store, db, session_id, since)
     except StoreError as exc:
         raise ReportError(str(exc)) from exc
 
@@ -113,7 +125,9 @@ def timeline(app: AppContext, session: str, as_json: bool) -> None:
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         found = resolve_session(db, session)
-        report = build_timeline(db, found, records_from(settings.store, found.id), now=now)
+        records = with_children(records_from(settings.store, found.id), settings.store, db,
+                                found.id)
+        report = build_timeline(db, found, records, now=now)
     click.echo(timeline_json(report) if as_json else render_timeline(report, Style.for_stream()))
 
 
@@ -141,6 +155,8 @@ def trace(app: AppContext, scope: str, as_json: bool) -> None:
         sid = None if days is not None else resolve_session(db, scope).id
         since = window_start(now, days) if days is not None else None
         records = records_from(settings.store, sid, since)
+        if sid is not None:
+            records = with_children(records, settings.store, db, sid, since)
         report = build_trace(db, records, now=now, since=since, days=days, session_id=sid)
     click.echo(trace_json(report) if as_json else render_trace(report, Style.for_stream()))
 

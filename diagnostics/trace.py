@@ -63,6 +63,12 @@ from opencode_autoretry.diagnostics.steps import (
     classify_message,
     relabel_daemon_aborts,
 )
+from opencode_autoretry.diagnostics.subagent_view import (
+    SubagentAbort,
+    abort_json,
+    abort_lines,
+    subagent_aborts,
+)
 from opencode_autoretry.models import Kind, Message, PartType, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
@@ -97,6 +103,7 @@ class TraceReport:
     declined: tuple[DecisionRecord, ...]
     repetition: tuple[tuple[RepetitionStop, LoopOutcome], ...] = ()
     trims: tuple[TrimRecord, ...] = ()
+    subagents: tuple[SubagentAbort, ...] = ()  # issue 9: hung children that were aborted
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -189,7 +196,8 @@ def build_trace(
     )
     stops = tuple((s, loop_outcome(db, records, s)) for s in repetition_stops(records, session_id))
     trims = tuple(t for t in records.trims if session_id in (None, t.session_id))
-    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims)
+    aborted = tuple(subagent_aborts(db, records, session_id))
+    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, aborted)
 
 
 def _delivered(
@@ -258,6 +266,7 @@ def trace_json(report: TraceReport) -> str:
             for stop, outcome in report.repetition
         ],
         "trims": [trim_json(t) for t in report.trims],
+        "subagent_aborts": [abort_json(a) for a in report.subagents],  # issue 9
     }
     return dump_json("trace", body)
 
@@ -323,6 +332,8 @@ def render_trace(report: TraceReport, style: Style) -> str:
             f"{decision.action.upper()} {decision.kind or '-'}: {decision.reason}"
         )
     lines.extend(_repetition_lines(report, style))
+    lines += [RULE, f"Subagent aborts: {len(report.subagents)}"]
+    lines.extend(line for item in report.subagents for line in abort_lines(item, style))
     return "\n".join(lines)
 
 

@@ -143,6 +143,7 @@ def test_a_hung_child_is_aborted_and_the_parent_is_told(tmp_path):
     h.advance(h.settings.stall_timeout * 3)
     assert h.prompts() == [] and h.store.injections() == []
     assert len(h.bridge.of(protocol.Abort)) == 1
+    assert h.loop.actions.gate(child) == (None, "child session (never injected)")
 
 
 def test_one_abort_per_child_per_parent_turn_survives_a_restart(tmp_path):
