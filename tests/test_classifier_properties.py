@@ -32,7 +32,7 @@ EXPECTED_RETRYABLE = {
     Kind.SILENT, Kind.RUNAWAY,
 }  # fmt: skip
 NEVER_RETRYABLE = {Kind.HEALTHY, Kind.RUNNING, Kind.TERMINAL, Kind.USER_ABORT, Kind.ORPHAN}
-FROM_OTHER_DETECTORS = {Kind.REPETITION, Kind.STALL}
+FROM_OTHER_DETECTORS = {Kind.REPETITION, Kind.STALL, Kind.SUBAGENT_STALL}  # not the classifier
 
 texts = st.one_of(
     st.text(max_size=30),
