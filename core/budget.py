@@ -40,6 +40,7 @@ from opencode_autoretry.policy import (  # re-exported: settings.py names them b
 from opencode_autoretry.policy import (
     load_policy as load_policy,
 )
+from opencode_autoretry.subagents import decide_subagent_stall
 
 #: Kinds whose session is still busy with a bad generation: stop it first, then continue.
 ABORT_KINDS = frozenset({Kind.RUNAWAY, Kind.STALL, Kind.REPETITION})
@@ -62,6 +63,7 @@ class DecisionContext:
     live: LiveFacts = LiveFacts()
     provider_id: str | None = None
     pending: PendingRetry | None = None  # a retry already scheduled for this turn
+    subagents: bool = True  # ``[stall] subagents``: abort hung child sessions (issue 9)
 
 
 # --- turns ---------------------------------------------------------------------------------
@@ -388,6 +390,11 @@ def decide(
     """
     if context.session_id != ledger.session_id:
         raise ValueError(f"ledger of {ledger.session_id} used for {context.session_id}")
+    if verdict.kind is Kind.SUBAGENT_STALL:  # a hung child: abort only, never a send (issue 9)
+        return decide_subagent_stall(
+            ledger, verdict, enabled=context.enabled, subagents=context.subagents,
+            is_child=context.is_child, live=context.live, now=now,
+        )
     if verdict.kind is Kind.USER_ABORT:
         return _skip(ledger, verdict, "user aborted this turn"), replace(ledger, user_aborted=True)
     reason = _gate(ledger, verdict, context)

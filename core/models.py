@@ -244,6 +244,7 @@ class Kind(StrEnum):
     REPETITION = "repetition"
     STALL = "stall"
     UNFINISHED_TODOS = "unfinished_todos"  # a healthy end with todos left (core/todos.py)
+    SUBAGENT_STALL = "subagent_stall"  # a child session hung: aborted, never prompted (issue 9)
 
 
 class BudgetGroup(StrEnum):
@@ -305,6 +306,7 @@ class Action(StrEnum):
     INJECT_AT = "inject_at"  # send at ``due``
     ABORT_THEN_INJECT = "abort_then_inject"
     NOTIFY = "notify"  # tell the user, send nothing (e.g. budget exhausted)
+    ABORT = "abort"  # stop the session, send nothing (a hung subagent, issue 9)
     SKIP = "skip"  # nothing to do, with the reason recorded
 
 

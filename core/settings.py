@@ -21,6 +21,9 @@ POLICY_TABLES = ("budgets", "providers", "messages")
 REPETITION_TABLE = "repetition"
 #: ``[todos]`` (issue 9), validated by ``opencode_autoretry.todos.load_todo_config``.
 TODOS_TABLE = "todos"
+#: ``[stall]``: what the stall detector may do beyond root stalls (issue 9); key -> field.
+STALL_TABLE = "stall"
+STALL_KEYS = {"subagents": "stall_subagents"}
 
 
 class SettingsError(ValueError):
@@ -38,6 +41,7 @@ class Settings:
     tick_interval: float = 1.0  # seconds between stall/deadline checks
     stall_timeout: float = 180.0  # seconds busy without progress before a stall abort
     runaway_steps: int = 6  # consecutive finish=unknown zero-token steps = runaway
+    stall_subagents: bool = True  # [stall] subagents: abort a hung child session (issue 9)
     verbose: bool = False
     policy: Mapping[str, Any] = field(default_factory=dict)  # raw budgets/providers/messages
     repetition: Mapping[str, Any] = field(default_factory=dict)  # raw [repetition] table
@@ -112,10 +116,31 @@ def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
     for key, raw in table.items():
         if key in POLICY_TABLES or key in (REPETITION_TABLE, TODOS_TABLE):
             continue
-        if key not in known:
-            choices = ", ".join(sorted([*known, *POLICY_TABLES, REPETITION_TABLE, TODOS_TABLE]))
+        if key == STALL_TABLE:
+            values.update(_stall_table(raw, origin))
+            continue
+        if key not in known or key in STALL_KEYS.values():
+            choices = ", ".join(sorted([*known.keys() - STALL_KEYS.values(), *POLICY_TABLES,
+                                        REPETITION_TABLE, TODOS_TABLE, STALL_TABLE]))
             raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
         values[key] = _coerce(key, raw, origin)
+    return values
+
+
+def _stall_table(raw: object, origin: str) -> dict[str, object]:
+    """``[stall]`` -> Settings fields, each key checked by its path (``stall.subagents``)."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"{origin}: {STALL_TABLE} must be a table, got {raw!r}")
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        if key not in STALL_KEYS:
+            known = ", ".join(sorted(STALL_KEYS))
+            raise SettingsError(f"{origin}: {STALL_TABLE}: unknown key {key!r} (known: {known})")
+        if not isinstance(value, bool):
+            raise SettingsError(
+                f"{origin}: {STALL_TABLE}.{key} must be true or false, got {value!r}"
+            )
+        values[STALL_KEYS[key]] = value
     return values
 
 

@@ -23,6 +23,7 @@ from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, Messa
 from opencode_autoretry.plugin_bridge.protocol import Abort, Log, ModelRef, Prompt, Toast
 from opencode_autoretry.policy import INTERRUPTION_LABELS
 from opencode_autoretry.store import InjectionRecord, Store
+from opencode_autoretry.subagents import subagent_toast
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +133,28 @@ class Actions:
         log.info("decision %s %s: %s", decision_id, decision.session_id, decision.reason)
         if decision.action is Action.NOTIFY:
             self.notify(decision.session_id, decision.text or decision.reason, "warning")
+        elif decision.action is Action.ABORT:
+            self.abort_subagent(decision, now)
         elif decision.sends:
             self._start_injection(decision_id, decision, now, message_id)
         return decision_id
+
+    def abort_subagent(self, decision: Decision, now: datetime) -> bool:
+        """Stop a hung child session (issue 9) and tell the parent's window. Only an abort:
+        a prompt to a child stays refused by ``gate`` here and by the bridge."""
+        child = decision.session_id
+        owner = self.owner_of(child)
+        db = self._db()
+        session = db.session(child) if db is not None else None
+        if owner is None or session is None or session.parent_id is None:
+            log.info("not aborting subagent %s: no live owner or not a readable child", child)
+            return False
+        self._sessions.ensure(child).abort_requested = now  # its abort error is not a failure
+        sent = self._bridge.send(owner, Abort(id=self._next_id("abort", None), session_id=child))
+        parent = session.parent_id
+        self.notify(parent if self.owner_of(parent) else child, subagent_toast(decision),
+                    "warning")
+        return sent
 
     def _start_injection(
         self, decision_id: int, decision: Decision, now: datetime, message_id: str | None

@@ -57,6 +57,7 @@ from opencode_autoretry.daemon.sessions import (
     with_error,
 )
 from opencode_autoretry.daemon.sources import UnownedWatch
+from opencode_autoretry.daemon.subagent_stalls import SubagentStalls
 from opencode_autoretry.daemon.todo_guard import TodoGuard
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
 from opencode_autoretry.opencode.db import OpenCodeDB
@@ -110,6 +111,7 @@ class Loop:
         self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
         self.todos = TodoGuard.for_loop(self)  # issue 9: healthy ends with todos left
         self.policy = with_todo_budget(policy, self.todos.config)
+        self.subagents = SubagentStalls(self.db, store, settings.stall_timeout)  # issue 9
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
@@ -411,15 +413,16 @@ class Loop:
         if is_child is False and view.owner is None and verdict.retryable:
             return Decision(Action.SKIP, "skip: no live owner (recorded, never injected)",
                             view.session_id, turn.id, verdict.kind, verdict.group)
-        ledger = self.store.load_ledger(view.session_id, turn.id) or new_ledger(
-            view.session_id, turn.id
-        )
+        key, enabled = turn.id, self.settings.enabled and self.store.is_enabled(view.session_id)
+        if verdict.kind is Kind.SUBAGENT_STALL:  # counted per parent turn (issue 9)
+            key, enabled = self.subagents.scope(session, turn, enabled)
+        ledger = self.store.load_ledger(view.session_id, key) or new_ledger(view.session_id, key)
         step = turn.last_step
         context = DecisionContext(
-            session_id=view.session_id, is_child=is_child,
-            enabled=self.settings.enabled and self.store.is_enabled(view.session_id), live=live,
+            session_id=view.session_id, is_child=is_child, enabled=enabled, live=live,
             provider_id=step.provider_id if step else None,
             pending=self.actions.pending.get(view.session_id),
+            subagents=self.settings.stall_subagents,
         )
         decision, updated = decide(ledger, verdict, context, self.policy, now, self._rand())
         if updated != ledger:
@@ -430,10 +433,11 @@ class Loop:
         for view in self.sessions:
             expire_abort(view, now)
             if not is_stalled(view, now, self.settings.stall_timeout):
+                self.subagents.note_waiting(view, now)
                 continue
             db = self.db()
             turn = db.last_turn(view.session_id) if db is not None else None
-            verdict = stall_verdict(view, turn, now)
+            verdict = self.subagents.verdict(view, turn, now) or stall_verdict(view, turn, now)
             view.last_activity = now  # one check per stall period
             self.evaluate(view, now, verdict=verdict)
 

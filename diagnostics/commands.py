@@ -62,6 +62,20 @@ def records_from(
         raise ReportError(str(exc)) from exc
 
 
+def with_children(
+    records: DaemonRecords, store: Path, db: OpenCodeDB, session_id: str,
+    since: datetime | None = None,
+) -> DaemonRecords:
+    """A session's records plus the aborts of its hung subagents (issue 9)."""
+    from opencode_autoretry.diagnostics.subagent_view import with_child_aborts
+    from opencode_autoretry.store import StoreError
+
+    try:
+        return with_child_aborts(records, store, db, session_id, since)
+    except StoreError as exc:
+        raise ReportError(str(exc)) from exc
+
+
 def resolve_session(db: OpenCodeDB, ref: str) -> Session:
     """An id, unique id prefix or slug; otherwise exit 1 naming the closest sessions."""
     found = db.find_sessions(ref)
@@ -140,7 +154,8 @@ def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | Non
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         found = resolve_session(db, session)
-        records = records_from(settings.store, found.id)
+        records = with_children(records_from(settings.store, found.id), settings.store, db,
+                                found.id)
         report = build_timeline(db, found, records, now=now)
         if html_file is not None:
             from opencode_autoretry.diagnostics.timeline_page import timeline_html
@@ -192,6 +207,8 @@ def trace(app: AppContext, scope: str, as_json: bool) -> None:
         sid = None if days is not None else resolve_session(db, scope).id
         since = window_start(now, days) if days is not None else None
         records = records_from(settings.store, sid, since)
+        if sid is not None:
+            records = with_children(records, settings.store, db, sid, since)
         report = build_trace(db, records, now=now, since=since, days=days, session_id=sid)
     click.echo(trace_json(report) if as_json else render_trace(report, Style.for_stream()))
 

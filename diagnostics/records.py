@@ -94,7 +94,7 @@ def daemon_abort_for(records: DaemonRecords, step: Message) -> DecisionRecord | 
         return None
     end = (step.time_completed or step.time_created) + ABORT_SLACK
     for decision in records.decisions_for(step.session_id):
-        if decision.action != "abort_then_inject" and decision.kind != "repetition":
+        if decision.action not in ("abort_then_inject", "abort") and decision.kind != "repetition":
             continue
         if decision.message_id == step.id or step.time_created <= decision.at <= end:
             return decision

@@ -40,9 +40,18 @@ from datetime import datetime
 from typing import Any
 
 from opencode_autoretry.diagnostics.records import DaemonRecords
-from opencode_autoretry.diagnostics.render import RULE, Style, dump_json, excerpt, iso, tokens_json
+from opencode_autoretry.diagnostics.render import (
+    RULE,
+    Style,
+    dump_json,
+    excerpt,
+    iso,
+    short_id,
+    tokens_json,
+)
 from opencode_autoretry.diagnostics.repetition_view import loop_part_lines, trim_json
 from opencode_autoretry.diagnostics.steps import classify_message
+from opencode_autoretry.diagnostics.subagent_view import is_subagent_abort
 from opencode_autoretry.models import Message, Part, PartType, Role, Session, Verdict
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
@@ -73,6 +82,8 @@ def build_timeline(
     messages = db.session_messages(session.id)
     entries: list[Entry] = [*messages]
     entries.extend(records.decisions_for(session.id))
+    entries.extend(d for d in records.decisions if d.session_id != session.id
+                   and is_subagent_abort(d))  # its children's aborts (issue 9)
     entries.extend(records.injections_for(session.id))
     trims = records.trims_for(session.id)
     entries.extend(trims)
@@ -131,6 +142,7 @@ def _record_json(entry: Record) -> dict[str, Any]:
         return {
             "type": "decision",
             "id": entry.id,
+            "session_id": entry.session_id,  # a child's, for its aborts (issue 9)
             "time": iso(entry.at),
             "action": entry.action,
             "kind": entry.kind,
@@ -236,6 +248,8 @@ def _record_line(entry: Record, style: Style) -> str:
     if isinstance(entry, DecisionRecord):
         budget = f" budget {entry.used_after}/{entry.limit}" if entry.limit else ""
         text = f"daemon {style.local(entry.at, False)} {entry.action.upper()} {entry.kind or '-'}: "
+        if entry.kind == "subagent_stall":
+            text += f"ses={short_id(entry.session_id)} "
         return "      ↳ " + style.paint(text + entry.reason + budget, "blue")
     tail = f" ({entry.error})" if entry.error else ""
     text = f'injection #{entry.id} {entry.state} "{excerpt(entry.text, 40)}"{tail}'

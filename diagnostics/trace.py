@@ -68,6 +68,12 @@ from opencode_autoretry.diagnostics.steps import (
     classify_message,
     relabel_daemon_aborts,
 )
+from opencode_autoretry.diagnostics.subagent_view import (
+    SubagentAbort,
+    abort_json,
+    abort_lines,
+    subagent_aborts,
+)
 from opencode_autoretry.diagnostics.todo_view import (
     TodoContinuation,
     todo_continuations,
@@ -109,6 +115,7 @@ class TraceReport:
     repetition: tuple[tuple[RepetitionStop, LoopOutcome], ...] = ()
     trims: tuple[TrimRecord, ...] = ()
     todos: tuple[TodoContinuation, ...] = ()
+    subagents: tuple[SubagentAbort, ...] = ()  # issue 9: hung children that were aborted
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -202,7 +209,9 @@ def build_trace(
     stops = tuple((s, loop_outcome(db, records, s)) for s in repetition_stops(records, session_id))
     trims = tuple(t for t in records.trims if session_id in (None, t.session_id))
     todos = todo_continuations(db, records, session_id)
-    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, todos)
+    aborted = tuple(subagent_aborts(db, records, session_id))
+    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, todos,
+                       aborted)
 
 
 def _delivered(
@@ -272,6 +281,7 @@ def trace_json(report: TraceReport) -> str:
         ],
         "trims": [trim_json(t) for t in report.trims],
         "todo_continuations": [todo_json(t) for t in report.todos],
+        "subagent_aborts": [abort_json(a) for a in report.subagents],  # issue 9
     }
     return dump_json("trace", body)
 
@@ -338,6 +348,8 @@ def render_trace(report: TraceReport, style: Style) -> str:
         )
     lines.extend(_repetition_lines(report, style))
     lines += [RULE, *todo_lines(report.todos, style)]
+    lines += [RULE, f"Subagent aborts: {len(report.subagents)}"]
+    lines.extend(line for item in report.subagents for line in abort_lines(item, style))
     return "\n".join(lines)
 
 

@@ -259,3 +259,23 @@ test("trim and config from the daemon reach the transform and chat.params hooks"
     await daemon.close()
   }
 })
+
+test("a child session may be aborted (a hung subagent) but is never prompted", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const client = fakeClient({ sessions: { ses_child: { id: "ses_child", parentID: "ses_root" } } })
+  const bridge = new Bridge(input(client), { socketPath: daemon.path }).start()
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    daemon.write({ type: "abort", id: "a-1", session_id: "ses_child" })
+    daemon.write({ type: "prompt", id: "a-2", session_id: "ses_child", text: "Continue." })
+    const abort = await daemon.waitFor((l) => l.type === "ack" && l.id === "a-1", "abort ack")
+    const prompt = await daemon.waitFor((l) => l.type === "ack" && l.id === "a-2", "prompt ack")
+    assert.deepEqual([abort.ok, prompt.ok, prompt.error], [true, false, "child session"])
+    assert.deepEqual(client.calls.filter(([n]) => n === "abort").map(([, a]) => a.path.id), ["ses_child"])
+    assert.equal(client.calls.filter(([n]) => n === "promptAsync").length, 0)
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})

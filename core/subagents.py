@@ -1,0 +1,112 @@
+"""Hung subagents (issue 9), the pure half: a stalled child session is aborted, never prompted.
+
+The daemon's stall detector finds a busy session with no delta, part or status change for
+``stall_timeout`` and nothing legitimate to wait on (no tool running, no permission or question
+pending). For a root that is a ``stall`` (abort, then continue). A child (``parentID`` set) is
+never written to, so its only recovery is an abort: it ends the child's turn, the parent's
+``task`` tool returns, and OpenCode carries on with the parent, which is then judged like any
+root.
+
+At most one abort per child per parent turn. The count lives in the child's ledger keyed by
+the *parent's* turn (``TurnLedger(child, parent_turn)``): the aborted step goes into its
+``handled`` set, which the store keeps across daemon restarts. The decision's ``turn_id`` is
+that parent turn as well.
+
+This module reads no clock and no config file: ``decide_subagent_stall`` is called by the
+decision core (``budget.decide``) with what it needs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import datetime
+
+from opencode_autoretry.models import Action, Decision, Kind, LiveFacts, TurnLedger, Verdict
+
+#: ``hung 182 s``: the words the decision's reason uses, read back by the reports.
+_HUNG = re.compile(r"\bhung (\d+) s\b")
+OFF_REASON = "hung subagents are left alone ([stall] subagents = false)"
+
+
+def subagent_stall_verdict(idle_s: float, message_id: str | None) -> Verdict:
+    """The stall detector's verdict for a child session (not retryable: nothing is sent)."""
+    return Verdict(Kind.SUBAGENT_STALL, False, f"hung {idle_s:.0f} s with no progress",
+                   message_id=message_id)
+
+
+def hung_seconds(reason: str) -> int | None:
+    """How long the subagent had hung, from a decision's reason (None if it does not say)."""
+    found = _HUNG.search(reason)
+    return int(found.group(1)) if found else None
+
+
+def _live_reason(live: LiveFacts) -> str | None:
+    if live.permission_pending:
+        return "waiting on a permission answer"
+    if live.question_pending:
+        return "waiting on a question answer"
+    if live.child_busy:
+        return "waiting on a busy subagent of its own"
+    return None
+
+
+def _refusal(
+    ledger: TurnLedger, *, enabled: bool, subagents: bool, is_child: bool | None,
+    live: LiveFacts,
+) -> str | None:
+    """Why this hung child must be left alone, or None to abort it."""
+    if not enabled:
+        return "autoretry is off"
+    if not subagents:
+        return OFF_REASON
+    if is_child is None:
+        return "session parent unknown (fail-closed)"
+    if not is_child:
+        return "not a child session (a root stall is continued instead)"
+    reason = _live_reason(live)
+    if reason is not None:
+        return reason
+    if ledger.handled:
+        return "this subagent was already aborted once in its parent's turn"
+    return None
+
+
+def decide_subagent_stall(
+    ledger: TurnLedger,
+    verdict: Verdict,
+    *,
+    enabled: bool,
+    subagents: bool,
+    is_child: bool | None,
+    live: LiveFacts,
+    now: datetime,
+) -> tuple[Decision, TurnLedger]:
+    """ABORT the hung child once per parent turn, or SKIP with the reason.
+
+    ``ledger`` is the child's ledger for its parent's current turn; the returned one records
+    the aborted step (so a replay or a restart never aborts it twice).
+    """
+    base = Decision(Action.SKIP, "", ledger.session_id, ledger.turn_id, verdict.kind)
+    why = _refusal(ledger, enabled=enabled, subagents=subagents, is_child=is_child, live=live)
+    if why is not None:
+        return replace(base, reason=f"skip: {why}"), ledger
+    decision = replace(
+        base,
+        action=Action.ABORT,
+        reason=(f"abort: subagent {verdict.reason}; stopped (never prompted) so its parent's "
+                "task tool returns; 1/1 per parent turn"),
+        used_before=0,
+        used_after=1,
+        limit=1,
+    )
+    handled = ledger.handled | {verdict.message_id or "stalled"}
+    first = ledger.first_failure or now
+    return decision, replace(ledger, handled=handled, first_failure=first)
+
+
+def subagent_toast(decision: Decision) -> str:
+    """The toast shown in the parent's window."""
+    hung = hung_seconds(decision.reason)
+    took = f" after {hung} s with no progress" if hung is not None else ""
+    return f"autoretry: a subagent hung{took} — stopped it so this session can go on"
