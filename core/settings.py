@@ -18,6 +18,8 @@ from opencode_autoretry import paths
 POLICY_TABLES = ("budgets", "providers", "messages")
 #: Raw tables validated where they are used: ``[repetition.penalties.<provider>]`` (issue 6).
 REPETITION_TABLE = "repetition"
+#: Raw tables validated where they are used (issue 10): ``[notify]``, ``[fallback]``.
+UNATTENDED_TABLES = ("notify", "fallback")
 
 
 class SettingsError(ValueError):
@@ -38,10 +40,12 @@ class Settings:
     verbose: bool = False
     policy: Mapping[str, Any] = field(default_factory=dict)  # raw budgets/providers/messages
     repetition: Mapping[str, Any] = field(default_factory=dict)  # raw [repetition] table
+    notify: Mapping[str, Any] = field(default_factory=dict)  # raw [notify] table
+    fallback: Mapping[str, Any] = field(default_factory=dict)  # raw [fallback] table
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
-_RAW_TABLES = {"policy", REPETITION_TABLE}
+_RAW_TABLES = {"policy", REPETITION_TABLE, *UNATTENDED_TABLES}
 _POSITIVE = {"poll_interval", "tick_interval", "stall_timeout", "runaway_steps"}
 
 
@@ -87,10 +91,11 @@ def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
     known = _field_types()
     values: dict[str, object] = {}
     for key, raw in table.items():
-        if key in POLICY_TABLES or key == REPETITION_TABLE:
+        if key in POLICY_TABLES or key == REPETITION_TABLE or key in UNATTENDED_TABLES:
             continue
         if key not in known:
-            choices = ", ".join(sorted([*known, *POLICY_TABLES, REPETITION_TABLE]))
+            choices = ", ".join(sorted([*known, *POLICY_TABLES, REPETITION_TABLE,
+                                        *UNATTENDED_TABLES]))
             raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
         values[key] = _coerce(key, raw, origin)
     return values
@@ -123,6 +128,10 @@ def resolve(
     repetition = table.get(REPETITION_TABLE, {})
     if not isinstance(repetition, Mapping):
         raise SettingsError(f"{path}: {REPETITION_TABLE} must be a table")
+    tables = {name: table.get(name, {}) for name in UNATTENDED_TABLES}
+    for name, raw in tables.items():
+        if not isinstance(raw, Mapping):
+            raise SettingsError(f"{path}: {name} must be a table")
     return replace(
-        Settings(), **values, policy=policy, repetition=repetition  # type: ignore[arg-type]
+        Settings(), **values, policy=policy, repetition=repetition, **tables  # type: ignore[arg-type]
     )

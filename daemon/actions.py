@@ -103,6 +103,8 @@ class Actions:
         self._requests: dict[str, tuple[str, int | None]] = {}  # request id -> (type, injection)
         self.pending: dict[str, PendingRetry] = {}  # session -> its waiting retry
         self._kinds: dict[int, str] = {}  # injection id -> kind, for the marker
+        #: Called with every recorded decision (notifications outside OpenCode, issue 10).
+        self.listeners: list[Callable[[Decision, int, datetime], None]] = []
 
     # -- the gate ---------------------------------------------------------------------------
 
@@ -133,6 +135,11 @@ class Actions:
             self.notify(decision.session_id, decision.text or decision.reason, "warning")
         elif decision.sends:
             self._start_injection(decision_id, decision, now, message_id)
+        for listener in self.listeners:
+            try:
+                listener(decision, decision_id, now)
+            except Exception:  # telling the user must never stop the recovery
+                log.exception("decision listener failed")
         return decision_id
 
     def _start_injection(

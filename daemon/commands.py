@@ -25,9 +25,11 @@ from opencode_autoretry.daemon.bridges import BridgeServer, SocketBusyError
 from opencode_autoretry.daemon.control import render_status, status_report
 from opencode_autoretry.daemon.inbox import Shutdown
 from opencode_autoretry.daemon.loop import Loop
+from opencode_autoretry.daemon.notifier import start_notifier
 from opencode_autoretry.daemon.scheduler import RetryScheduler
 from opencode_autoretry.daemon.sources import DbTailer
 from opencode_autoretry.daemon.watch import WalWatcher
+from opencode_autoretry.notify_config import NotifyConfigError, load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.policy import PolicyError, load_policy
 from opencode_autoretry.settings import Settings
@@ -58,14 +60,16 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
 def serve(settings: Settings) -> int:
     """Run the daemon until a signal; 0 on a clean stop."""
     policy = load_policy(settings.policy)
+    notify = load_notify(settings.notify)
     store = Store.open(settings.store)
     inbox: queue.Queue[object] = queue.Queue()
+    notifier = start_notifier(notify, inbox.put)  # workers post their results to the inbox
     bridges = BridgeServer(settings.socket, inbox)
     timers = RetryScheduler(inbox)
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
     loop = Loop(settings, store, bridges, lambda: OpenCodeDB.open(settings.opencode_db), timers,
-                SystemClock(), policy)
+                SystemClock(), policy, notifier=notifier)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))
@@ -86,6 +90,8 @@ def serve(settings: Settings) -> int:
         tailer.stop()
         timers.shutdown()
         bridges.stop()
+        if notifier is not None:
+            notifier.stop()
         store.close()
     log.info("autoretry daemon stopped")
     return 0
@@ -101,7 +107,7 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     setup_logging(settings, foreground)
     try:
         sys.exit(serve(settings))
-    except (SocketBusyError, StoreError, PolicyError) as exc:
+    except (SocketBusyError, StoreError, PolicyError, NotifyConfigError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -36,6 +36,8 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.notifier import DeliveryResult
+from opencode_autoretry.daemon.notify_actions import Enqueuer, Notifications
 from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
@@ -54,6 +56,7 @@ from opencode_autoretry.daemon.sessions import (
 )
 from opencode_autoretry.daemon.sources import UnownedWatch
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
+from opencode_autoretry.notify_config import load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
@@ -84,6 +87,7 @@ class Loop:
         *,
         rand: Callable[[], float] = random.random,
         pid: int | None = None,
+        notifier: Enqueuer | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -99,6 +103,8 @@ class Loop:
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
         self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
+        self.notifications = Notifications(store, self.db, load_notify(settings.notify), notifier)
+        self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
@@ -161,6 +167,8 @@ class Loop:
             self.recovery.send_due(now)
         elif isinstance(item, DbRows):
             self._on_db_rows(item, now)
+        elif isinstance(item, DeliveryResult):
+            self.notifications.on_result(item, now)
 
     def tick(self) -> None:
         now = self.clock.now()
@@ -172,6 +180,7 @@ class Loop:
             self.recovery.apply_switch(now)
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
+            self.notifications.tick(now)
             if self._last_beat is None or now - self._last_beat >= HEARTBEAT_EVERY:
                 self.beat(now)
         except Exception:
@@ -336,6 +345,8 @@ class Loop:
         if verdict is None:
             verdict = classify(turn, live, now=now, runaway_steps=self.settings.runaway_steps)
         if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
+            if verdict.kind is Kind.HEALTHY and settled:
+                self.notifications.on_healthy(view.session_id, turn, now)
             return None
         decision = self._decide(view, turn, verdict, live, now)
         # One record per failure and outcome: the duplicated idles and replays of a failure
