@@ -318,6 +318,7 @@ class Decision:
     used_before: int = 0
     used_after: int = 0
     limit: int = 0
+    model: str | None = None  # "provider/model" to continue on (model fallback, issue 10)
 
     @property
     def sends(self) -> bool:

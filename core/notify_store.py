@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from opencode_autoretry.models import from_epoch_ms, to_epoch_ms
@@ -95,3 +95,31 @@ def counts(reader: _Reader, since: datetime | None = None) -> dict[str, int]:
     for record in notifications(reader, since=since):
         out[record.state] = out.get(record.state, 0) + 1
     return out
+
+
+def status_json(reader: _Reader, now: datetime, recent: int = 5) -> dict[str, Any]:
+    """For ``autoretry status``: the last 24 hours by state, and the latest rows."""
+    rows = notifications(reader, since=now - timedelta(days=1))
+    by_state: dict[str, int] = {}
+    for record in rows:
+        by_state[record.state] = by_state.get(record.state, 0) + 1
+    return {
+        "last_24h": by_state,
+        "recent": [
+            {"id": r.id, "at": r.at.isoformat(), "session_id": r.session_id, "event": r.event,
+             "channel": r.channel, "state": r.state, "attempts": r.attempts, "error": r.error,
+             "latency_ms": r.latency_ms}
+            for r in rows[-recent:]
+        ],
+    }
+
+
+def status_lines(report: Mapping[str, Any]) -> list[str]:
+    counts = ", ".join(f"{state} {n}" for state, n in sorted(report["last_24h"].items()))
+    lines = [f"notifications (24 h): {counts or 'none'}"]
+    for r in report["recent"]:
+        took = f" in {r['latency_ms']} ms" if r["latency_ms"] is not None else ""
+        why = f" — {r['error']}" if r["error"] else ""
+        lines.append(f"  {r['at']} {r['session_id']} {r['event']} via {r['channel']}: "
+                     f"{r['state']}{took}{why}")
+    return lines

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from opencode_autoretry import paths
 from opencode_autoretry.clock import SystemClock
 from opencode_autoretry.daemon.bridges import BridgeServer, SocketBusyError
 from opencode_autoretry.daemon.control import render_status, status_report
@@ -29,6 +30,7 @@ from opencode_autoretry.daemon.notifier import start_notifier
 from opencode_autoretry.daemon.scheduler import RetryScheduler
 from opencode_autoretry.daemon.sources import DbTailer
 from opencode_autoretry.daemon.watch import WalWatcher
+from opencode_autoretry.fallback import FallbackError, check_models, load_fallback
 from opencode_autoretry.notify_config import NotifyConfigError, load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.policy import PolicyError, load_policy
@@ -61,6 +63,7 @@ def serve(settings: Settings) -> int:
     """Run the daemon until a signal; 0 on a clean stop."""
     policy = load_policy(settings.policy)
     notify = load_notify(settings.notify)
+    check_models(load_fallback(settings.fallback), os.environ, paths.opencode_config_dir())
     store = Store.open(settings.store)
     inbox: queue.Queue[object] = queue.Queue()
     notifier = start_notifier(notify, inbox.put)  # workers post their results to the inbox
@@ -107,7 +110,7 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     setup_logging(settings, foreground)
     try:
         sys.exit(serve(settings))
-    except (SocketBusyError, StoreError, PolicyError, NotifyConfigError) as exc:
+    except (SocketBusyError, StoreError, PolicyError, NotifyConfigError, FallbackError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

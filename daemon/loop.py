@@ -55,6 +55,7 @@ from opencode_autoretry.daemon.sessions import (
     with_error,
 )
 from opencode_autoretry.daemon.sources import UnownedWatch
+from opencode_autoretry.fallback import load_fallback, revise
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
 from opencode_autoretry.notify_config import load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
@@ -103,6 +104,7 @@ class Loop:
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
         self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
+        self.fallback = load_fallback(settings.fallback)
         self.notifications = Notifications(store, self.db, load_notify(settings.notify), notifier)
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
@@ -388,6 +390,9 @@ class Loop:
             pending=self.actions.pending.get(view.session_id),
         )
         decision, updated = decide(ledger, verdict, context, self.policy, now, self._rand())
+        if self.fallback.chains and view.owner is not None:  # issue 10: the next model
+            decision, updated = revise(decision, updated, verdict, turn, context, self.fallback,
+                                       self.policy, now)
         if updated != ledger:
             self.store.save_ledger(updated, now)
         return decision

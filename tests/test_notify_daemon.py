@@ -190,3 +190,18 @@ def test_a_restart_does_not_repeat_a_notification(tmp_path):
     h.event("session.error", sessionID=root, error=unauthorized)
     h.idle(root)
     assert fake.events() == ["terminal"] and fake2.events() == []
+
+
+def test_status_shows_deliveries(tmp_path):
+    from opencode_autoretry.daemon.control import render_status, status_report
+
+    h, fake = harness(tmp_path)
+    sid, _ = blank_turn(h)
+    continue_blank(h, sid)
+    continue_blank(h, sid)
+    ids, _ = fake.queued[0]
+    h.loop.handle(DeliveryResult(ids["webhook"], "webhook", False, 2, "answered HTTP 500",
+                                 h.clock.now(), 0.1))
+    text = render_status(status_report(h.store, h.clock.now()))  # type: ignore[arg-type]
+    assert "notifications (24 h): failed 1, queued 1" in text
+    assert "gave_up via webhook: failed in 0 ms — answered HTTP 500" in text
