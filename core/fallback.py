@@ -170,7 +170,10 @@ def revise(
     if not chain:
         return decision, ledger
     if not following:
-        return _used_up(decision, verdict, tried, chain, policy), ledger
+        used_up = _used_up(decision, verdict, tried, chain, policy)
+        if used_up.action is Action.NOTIFY and verdict.message_id is not None:
+            ledger = replace(ledger, handled=ledger.handled | {verdict.message_id})
+        return used_up, ledger
     target = following[0]
     index = chain.index(target) + 1
     label = f"{cause} on {current}"

@@ -68,7 +68,7 @@ def finish_notification(
         ("sent" if ok else "failed", attempts, error, to_epoch_ms(done_at), latency, record_id),
     )
     found = store._rows("SELECT * FROM notifications WHERE id = ?", (record_id,))
-    return _from_row(found[0])
+    return _from_row(dict(found[0]))
 
 
 def notifications(

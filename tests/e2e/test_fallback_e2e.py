@@ -21,7 +21,16 @@ from notify_sink import WebhookSink  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
+OBSERVED: dict[str, str] = {}
 CHAIN = '[fallback]\n"fake/fake-model" = ["fake/fake-b"]\n'
+
+
+@pytest.fixture(scope="module", autouse=True)
+def report_observed(request):
+    yield
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and OBSERVED:
+        reporter.write_line(f"fallback observed: {OBSERVED}")
 
 
 @pytest.fixture
@@ -73,6 +82,12 @@ def test_a_hard_quota_continues_on_the_next_model(provider, daemon, start_openco
     server.prompt_async(session, "And again", model={"providerID": "fake",
                                                      "modelID": "fake-model"})
     assert provider.wait_for_requests(before + 1, TURN)[before].model == "fake-model"
+    # Measured, not asserted: a prompt that names no model gets the session's last one.
+    wait_until(lambda: finished_ok(server, session), TURN, "the user's turn ends")
+    before = len(provider.requests())
+    server.prompt_async(session, "Once more, no model named")
+    OBSERVED["model of a prompt without a model"] = provider.wait_for_requests(
+        before + 1, TURN)[before].model
 
 
 def test_a_chain_used_up_gives_up_once(provider, daemon, start_opencode, sink):
