@@ -69,10 +69,10 @@ class Notifications:
     def on_decision(self, decision: Decision, decision_id: int, now: datetime) -> None:
         if not self.active:
             return
-        session = None
+        if event_for(decision, is_child=False) is None:
+            return  # most decisions: no event, and no DB read for it
         db = self._db()
-        if decision.kind is not None:
-            session = db.session(decision.session_id) if db is not None else None
+        session = db.session(decision.session_id) if db is not None else None
         is_child = None if session is None else session.parent_id is not None
         event = event_for(decision, is_child=is_child)
         if event is None or not self.config.wants(event):

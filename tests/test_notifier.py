@@ -120,3 +120,22 @@ def test_notify_test_reports_each_channel(sink, tmp_path):
                           "webhook": sink.url, "timeout": 5})
     results = send_test(config, NOTE)
     assert [(name, ok) for name, ok, _ in results] == [("command", False), ("webhook", True)]
+
+
+def test_the_notify_test_command(sink, tmp_path):
+    from click.testing import CliRunner
+
+    from opencode_autoretry.cli import main
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[notify]\nwebhook = "{sink.url}"\n')
+    result = CliRunner().invoke(main, ["--config", str(config), "notify", "test"])
+    assert result.exit_code == 0 and result.output == "webhook: ok\n"
+    assert sink.received()[0].body["event"] == "test"
+    sink.mode = "fail"
+    result = CliRunner().invoke(main, ["--config", str(config), "notify", "test"])
+    assert result.exit_code == 1 and "webhook: FAILED — " in result.output
+    assert "s3cret" not in result.output
+    config.write_text('[notify]\nevents = ["nope"]\n')
+    result = CliRunner().invoke(main, ["--config", str(config), "notify", "test"])
+    assert result.exit_code == 2 and "notify.events[0]: unknown value 'nope'" in result.output
