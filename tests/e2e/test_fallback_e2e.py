@@ -26,11 +26,11 @@ CHAIN = '[fallback]\n"fake/fake-model" = ["fake/fake-b"]\n'
 
 
 @pytest.fixture(scope="module", autouse=True)
-def report_observed(request):
+def report_observed():
+    """Printed at the end of the module (visible with ``-s``)."""
     yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and OBSERVED:
-        reporter.write_line(f"fallback observed: {OBSERVED}")
+    if OBSERVED:
+        print(f"\nfallback observed: {OBSERVED}")
 
 
 @pytest.fixture

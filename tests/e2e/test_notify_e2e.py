@@ -65,11 +65,11 @@ def record(name: str, value: float) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def report_figures(request):
+def report_figures():
+    """Printed at the end of the module (visible with ``-s``; pytest captures it otherwise)."""
     yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and FIGURES:
-        reporter.write_line("notify figures: " + ", ".join(f"{k}={v}" for k, v in FIGURES.items()))
+    if FIGURES:
+        print("\nnotify figures: " + ", ".join(f"{k}={v}" for k, v in FIGURES.items()))
 
 
 def loop_thread_ms(d: DaemonProcess) -> list[float]:
