@@ -326,6 +326,7 @@ class Decision:
     used_after: int = 0
     limit: int = 0
     toast: str | None = None  # shown instead of the standard "continuing in 5 s" toast
+    model: str | None = None  # "provider/model" to continue on (model fallback, issue 10)
 
     @property
     def sends(self) -> bool:

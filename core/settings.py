@@ -24,6 +24,8 @@ TODOS_TABLE = "todos"
 #: ``[stall]``: what the stall detector may do beyond root stalls (issue 9); key -> field.
 STALL_TABLE = "stall"
 STALL_KEYS = {"subagents": "stall_subagents"}
+#: Raw tables validated where they are used (issue 10): ``[notify]``, ``[fallback]``.
+UNATTENDED_TABLES = ("notify", "fallback")
 
 
 class SettingsError(ValueError):
@@ -46,10 +48,12 @@ class Settings:
     policy: Mapping[str, Any] = field(default_factory=dict)  # raw budgets/providers/messages
     repetition: Mapping[str, Any] = field(default_factory=dict)  # raw [repetition] table
     todos: Mapping[str, Any] = field(default_factory=dict)  # raw [todos] table
+    notify: Mapping[str, Any] = field(default_factory=dict)  # raw [notify] table
+    fallback: Mapping[str, Any] = field(default_factory=dict)  # raw [fallback] table
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
-_RAW_TABLES = {"policy", REPETITION_TABLE, TODOS_TABLE}
+_RAW_TABLES = {"policy", REPETITION_TABLE, TODOS_TABLE, *UNATTENDED_TABLES}
 _POSITIVE = {"poll_interval", "tick_interval", "stall_timeout", "runaway_steps"}
 
 
@@ -114,14 +118,15 @@ def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
     known = _field_types()
     values: dict[str, object] = {}
     for key, raw in table.items():
-        if key in POLICY_TABLES or key in (REPETITION_TABLE, TODOS_TABLE):
+        if key in POLICY_TABLES or key in (REPETITION_TABLE, TODOS_TABLE, *UNATTENDED_TABLES):
             continue
         if key == STALL_TABLE:
             values.update(_stall_table(raw, origin))
             continue
         if key not in known or key in STALL_KEYS.values():
             choices = ", ".join(sorted([*known.keys() - STALL_KEYS.values(), *POLICY_TABLES,
-                                        REPETITION_TABLE, TODOS_TABLE, STALL_TABLE]))
+                                        REPETITION_TABLE, TODOS_TABLE, STALL_TABLE,
+                                        *UNATTENDED_TABLES]))
             raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
         values[key] = _coerce(key, raw, origin)
     return values
@@ -174,7 +179,11 @@ def resolve(
     todos = table.get(TODOS_TABLE, {})
     if not isinstance(todos, Mapping):
         raise SettingsError(f"{path}: {TODOS_TABLE} must be a table")
+    tables = {name: table.get(name, {}) for name in UNATTENDED_TABLES}
+    for name, raw in tables.items():
+        if not isinstance(raw, Mapping):
+            raise SettingsError(f"{path}: {name} must be a table")
     return replace(
         Settings(), **values, policy=policy, repetition=repetition,  # type: ignore[arg-type]
-        todos=todos,
+        todos=todos, **tables,
     )

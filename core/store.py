@@ -63,6 +63,15 @@ MIGRATIONS: tuple[str, ...] = (
         message_id TEXT NOT NULL, part_id TEXT NOT NULL UNIQUE, keep_chars INTEGER NOT NULL,
         excerpt TEXT, decision_id INTEGER); CREATE INDEX trims_session ON trims (session_id, id);
     """,
+    # 4: notifications outside OpenCode, one row per event and channel (issue 10)
+    """
+    CREATE TABLE IF NOT EXISTS notifications (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, at INTEGER NOT NULL, session_id TEXT NOT NULL,
+        turn_id TEXT, event TEXT NOT NULL, decision_id INTEGER, channel TEXT NOT NULL,
+        state TEXT NOT NULL, attempts INTEGER NOT NULL DEFAULT 0, error TEXT,
+        done_at INTEGER, latency_ms INTEGER, message TEXT);
+    CREATE INDEX IF NOT EXISTS notifications_session ON notifications (session_id, id);
+    """,
 )
 
 

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from opencode_autoretry.budget import PendingRetry
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import Sessions
+from opencode_autoretry.fallback import switch_of
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, Message, Session, Turn
 from opencode_autoretry.plugin_bridge.protocol import Abort, Log, ModelRef, Prompt, Toast
 from opencode_autoretry.policy import INTERRUPTION_LABELS
@@ -72,6 +73,9 @@ def recovery_toast(decision: Decision, now: datetime) -> str:
     aborting = decision.action is Action.ABORT_THEN_INJECT
     verb = "stopping and continuing" if aborting else "continuing"
     count = f"({decision.used_after}/{decision.limit})"
+    switch = switch_of(decision.reason) if decision.model else None
+    if switch is not None:
+        return f"autoretry: switched {switch[0]} → {switch[1]} — {verb} {when} {count}"
     return f"autoretry: {label(decision.kind)} — {verb} {when} {count}"
 
 
@@ -105,6 +109,9 @@ class Actions:
         self._requests: dict[str, tuple[str, int | None]] = {}  # request id -> (type, injection)
         self.pending: dict[str, PendingRetry] = {}  # session -> its waiting retry
         self._kinds: dict[int, str] = {}  # injection id -> kind, for the marker
+        self._models: dict[int, str] = {}  # injection id -> "provider/model" (fallback)
+        #: Called with every recorded decision (notifications outside OpenCode, issue 10).
+        self.listeners: list[Callable[[Decision, int, datetime], None]] = []
 
     # -- the gate ---------------------------------------------------------------------------
 
@@ -137,6 +144,11 @@ class Actions:
             self.abort_subagent(decision, now)
         elif decision.sends:
             self._start_injection(decision_id, decision, now, message_id)
+        for listener in self.listeners:
+            try:
+                listener(decision, decision_id, now)
+            except Exception:  # telling the user must never stop the recovery
+                log.exception("decision listener failed")
         return decision_id
 
     def abort_subagent(self, decision: Decision, now: datetime) -> bool:
@@ -169,6 +181,8 @@ class Actions:
             self.pending[decision.session_id] = PendingRetry(
                 decision.session_id, decision.turn_id, message_id, decision.group, due
             )
+        if decision.model is not None:  # model fallback: the continuation's model
+            self._models[injection_id] = decision.model
         self.notify(decision.session_id, decision.toast or recovery_toast(decision, now), "info")
         if decision.action is Action.ABORT_THEN_INJECT:
             self.abort(decision.session_id, now)
@@ -197,6 +211,10 @@ class Actions:
         agent, model, variant = continuation_target(
             db.last_turn(injection.session_id) if db else None
         )
+        switch = self._models.get(injection.id)
+        if switch is not None:
+            provider, _, model_id = switch.partition("/")
+            model, variant = ModelRef(provider, model_id), None
         marker = {
             "decision": str(injection.decision_id),
             "injection": str(injection.id),

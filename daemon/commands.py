@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from opencode_autoretry import paths
 from opencode_autoretry.cli_args import utf8_text
 
 # The rest is imported by the functions that run it: `autoretry --help` lists these commands
@@ -56,25 +57,31 @@ def serve(settings: Settings) -> int:
     from opencode_autoretry.daemon.bridges import BridgeServer
     from opencode_autoretry.daemon.inbox import Shutdown
     from opencode_autoretry.daemon.loop import Loop
+    from opencode_autoretry.daemon.notifier import start_notifier
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.scheduler import RetryScheduler
     from opencode_autoretry.daemon.sources import DbTailer
     from opencode_autoretry.daemon.watch import WalWatcher
+    from opencode_autoretry.fallback import check_models, load_fallback
+    from opencode_autoretry.notify_config import load_notify
     from opencode_autoretry.opencode.db import OpenCodeDB
     from opencode_autoretry.policy import load_policy
     from opencode_autoretry.store import Store
 
     policy = load_policy(settings.policy)
+    notify = load_notify(settings.notify)
+    check_models(load_fallback(settings.fallback), os.environ, paths.opencode_config_dir())
     store = Store.open(settings.store)
     inbox: queue.Queue[object] = queue.Queue()
     parts = PartHealth()  # what is broken: logged once, shown by `autoretry status`
+    notifier = start_notifier(notify, inbox.put)  # workers post their results to the inbox
     bridges = BridgeServer(settings.socket, inbox, parts=parts)
     timers = RetryScheduler(inbox)
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
     loop = Loop(settings, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
-                SystemClock(), policy, parts=parts)
+                SystemClock(), policy, parts=parts, notifier=notifier)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))
@@ -95,6 +102,8 @@ def serve(settings: Settings) -> int:
         tailer.stop()
         timers.shutdown()
         bridges.stop()
+        if notifier is not None:
+            notifier.stop()
         store.close()
     log.info("autoretry daemon stopped")
     return 0
@@ -108,6 +117,8 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
     from opencode_autoretry.daemon.bridges import SocketBusyError
     from opencode_autoretry.daemon.hardening import NotPrivateError, private_state
+    from opencode_autoretry.fallback import FallbackError
+    from opencode_autoretry.notify_config import NotifyConfigError
     from opencode_autoretry.policy import PolicyError
     from opencode_autoretry.store import StoreError
 
@@ -116,7 +127,8 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     setup_logging(settings, foreground)
     try:
         sys.exit(serve(settings))
-    except (SocketBusyError, StoreError, PolicyError, NotPrivateError) as exc:
+    except (SocketBusyError, StoreError, PolicyError, NotPrivateError, NotifyConfigError,
+            FallbackError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

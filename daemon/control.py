@@ -13,6 +13,8 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opencode_autoretry.daemon.parts import describe
+from opencode_autoretry.notify_store import status_json as notify_status
+from opencode_autoretry.notify_store import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
 from opencode_autoretry.store import StoreView
 
@@ -155,6 +157,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
              "action": d.action, "reason": d.reason}
             for d in view.decisions()[-decisions:]
         ],
+        "notifications": notify_status(view, now),  # issue 10
     }
 
 
@@ -207,4 +210,6 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     lines.append("last decisions:")
     lines += [f"  {local_time(d['at'], zone)} {d['session_id']} {d['kind'] or '-'}: {d['reason']}"
               for d in report["decisions"]]
+    if "notifications" in report:
+        lines += notify_status_lines(report["notifications"])
     return "\n".join(lines)

@@ -39,6 +39,8 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.notifier import DeliveryResult
+from opencode_autoretry.daemon.notify_actions import Enqueuer, Notifications
 from opencode_autoretry.daemon.parts import STORE, PartHealth
 from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
@@ -59,7 +61,9 @@ from opencode_autoretry.daemon.sessions import (
 from opencode_autoretry.daemon.sources import UnownedWatch
 from opencode_autoretry.daemon.subagent_stalls import SubagentStalls
 from opencode_autoretry.daemon.todo_guard import TodoGuard
+from opencode_autoretry.fallback import load_fallback, revise
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
+from opencode_autoretry.notify_config import load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
@@ -92,6 +96,7 @@ class Loop:
         rand: Callable[[], float] = random.random,
         pid: int | None = None,
         parts: PartHealth | None = None,
+        notifier: Enqueuer | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -112,6 +117,9 @@ class Loop:
         self.todos = TodoGuard.for_loop(self)  # issue 9: healthy ends with todos left
         self.policy = with_todo_budget(policy, self.todos.config)
         self.subagents = SubagentStalls(self.db, store, settings.stall_timeout)  # issue 9
+        self.fallback = load_fallback(settings.fallback)
+        self.notifications = Notifications(store, self.db, load_notify(settings.notify), notifier)
+        self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
@@ -192,6 +200,8 @@ class Loop:
             self.recovery.send_due(now)
         elif isinstance(item, DbRows):
             self._on_db_rows(item, now)
+        elif isinstance(item, DeliveryResult):
+            self.notifications.on_result(item, now)
 
     def tick(self) -> None:
         now = self.clock.now()
@@ -208,6 +218,7 @@ class Loop:
             self.recovery.apply_switch(now)
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
+            self.notifications.tick(now)
             if self._last_beat is None or now - self._last_beat >= HEARTBEAT_EVERY:
                 self.beat(now)
         except (DbError, sqlite3.Error) as exc:
@@ -381,7 +392,8 @@ class Loop:
         if verdict is None:
             verdict = classify(turn, live, now=now, runaway_steps=self.settings.runaway_steps)
         if verdict.kind is Kind.HEALTHY and settled:
-            return self.todos.on_healthy(view, turn, live, now)
+            self.notifications.on_healthy(view.session_id, turn, now)  # issue 10: recovered
+            return self.todos.on_healthy(view, turn, live, now)  # issue 9: todos left
         if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
             return None
         decision = self._decide(view, turn, verdict, live, now)
@@ -425,6 +437,9 @@ class Loop:
             subagents=self.settings.stall_subagents,
         )
         decision, updated = decide(ledger, verdict, context, self.policy, now, self._rand())
+        if self.fallback.chains and view.owner is not None:  # issue 10: the next model
+            decision, updated = revise(decision, updated, verdict, turn, context, self.fallback,
+                                       self.policy, now)
         if updated != ledger:
             self.store.save_ledger(updated, now)
         return decision

@@ -80,6 +80,7 @@ from opencode_autoretry.diagnostics.todo_view import (
     todo_json,
     todo_lines,
 )
+from opencode_autoretry.fallback import switch_of
 from opencode_autoretry.models import Kind, Message, PartType, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
@@ -324,6 +325,9 @@ def _continuation_lines(item: Continuation, style: Style) -> list[str]:
             f"{' error=' + step.error.name if step.error else ''})"
         )
     lines.append(f"    outcome: {_outcome_text(item.outcome, style)}")
+    switch = switch_of(item.decision.reason) if item.decision is not None else None
+    if switch is not None:  # model fallback (issue 10)
+        lines.append(f"    switched {switch[0]} → {switch[1]}")
     if item.decision is not None and item.decision.kind == str(Kind.REPETITION):
         # The daemon aborted the looping step itself, so the step reads as an abort.
         lines.append(style.dim(f"    a repetition reminder (decision #{item.decision.id})"))

@@ -98,6 +98,8 @@ def opencode_config(provider_url: str) -> dict[str, Any]:
     models = {
         "fake-model": {"name": "Fake Model", "limit": {"context": 100000, "output": 4096}},
         "fake-small": {"name": "Fake Small", "limit": {"context": 100000, "output": 4096}},
+        # a second model on the same fake provider: the model-fallback scenarios (issue 10)
+        "fake-b": {"name": "Fake Model B", "limit": {"context": 100000, "output": 4096}},
     }
     short = {"chunkTimeout": 6000, "headerTimeout": 6000}
     return {

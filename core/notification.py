@@ -1,0 +1,208 @@
+"""PURE: which decisions tell the user outside OpenCode, what the message says, and how often.
+
+The events come from the one decision path: a NOTIFY decision of the budget core is a budget
+run out (``gave_up``; a stopped loop is ``loop_stopped``, an unrecovered stall
+``stall_unrecovered``), a root turn's non-retryable error is ``terminal``, and a turn that ends
+healthy after autoretry continued it is ``recovered``. ``Throttle`` keeps at most one message
+per session, turn and event and a global cap per hour; what the cap holds back is announced
+once, as "N more suppressed". The clock is an argument everywhere.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from opencode_autoretry.models import Action, Decision, Kind, Session
+
+#: The reason the budget core gives a root turn's non-retryable error (a unit test pins it).
+TERMINAL_SKIP_REASON = "skip: error is not retryable"
+PAYLOAD_VERSION = 1
+
+
+class NotifyEvent(StrEnum):
+    GAVE_UP = "gave_up"
+    TERMINAL = "terminal"
+    LOOP_STOPPED = "loop_stopped"
+    STALL_UNRECOVERED = "stall_unrecovered"
+    RECOVERED = "recovered"
+    SUPPRESSED = "suppressed"  # the cap's one summary line
+    TEST = "test"  # ``autoretry notify test``
+
+
+def event_for(decision: Decision, *, is_child: bool | None) -> NotifyEvent | None:
+    """The event a recorded decision raises, or None. Children never raise one: their root's
+    own turn decides (fail-closed: an unknown parent is treated as a child)."""
+    if is_child is not False:
+        return None
+    if decision.action is Action.NOTIFY:
+        if decision.kind is Kind.REPETITION:
+            return NotifyEvent.LOOP_STOPPED
+        if decision.kind is Kind.STALL:
+            return NotifyEvent.STALL_UNRECOVERED
+        return NotifyEvent.GAVE_UP
+    if (
+        decision.action is Action.SKIP
+        and decision.kind is Kind.TERMINAL
+        and decision.reason == TERMINAL_SKIP_REASON
+    ):
+        return NotifyEvent.TERMINAL
+    return None
+
+
+_HEADLINES: Mapping[NotifyEvent, str] = {
+    NotifyEvent.GAVE_UP: "gave up",
+    NotifyEvent.TERMINAL: "stopped on an error it does not retry",
+    NotifyEvent.LOOP_STOPPED: "stopped a loop",
+    NotifyEvent.STALL_UNRECOVERED: "could not recover a stall",
+    NotifyEvent.RECOVERED: "recovered a turn",
+    NotifyEvent.SUPPRESSED: "held back notifications",
+    NotifyEvent.TEST: "test notification",
+}
+
+
+def resume_hint(event: NotifyEvent, session_id: str, directory: str | None) -> str:
+    """One line saying how to pick the session up again."""
+    where = f"cd {directory} && " if directory else ""
+    open_it = f"{where}opencode --session {session_id}"
+    if event is NotifyEvent.TERMINAL:
+        return f"Fix the cause (credentials, quota or context), then {open_it} and send a message."
+    if event is NotifyEvent.RECOVERED:
+        return f"Nothing to do; to look: {open_it}"
+    if event in (NotifyEvent.SUPPRESSED, NotifyEvent.TEST):
+        return "Run `autoretry trace` to see every decision."
+    return f"{open_it} and send a message (a new message starts fresh budgets)."
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One event, as every channel renders it (``as_json`` is the documented payload)."""
+
+    event: NotifyEvent
+    session_id: str
+    time: datetime
+    reason: str
+    title: str | None = None
+    directory: str | None = None
+    turn_id: str | None = None
+    kind: str | None = None
+    attempts: int = 0
+    budget: int = 0
+    decision_id: int | None = None
+    detail: str | None = None  # the toast's text, e.g. "retried 2 times, still failing (…)"
+    suppressed: int = 0
+
+    @property
+    def headline(self) -> str:
+        return f"autoretry {_HEADLINES[self.event]}"
+
+    @property
+    def resume(self) -> str:
+        return resume_hint(self.event, self.session_id, self.directory)
+
+    @property
+    def summary(self) -> str:
+        """The one-line message: what happened, where, and why."""
+        if self.event is NotifyEvent.SUPPRESSED:
+            return f"{self.suppressed} more suppressed (more than the hourly cap)"
+        name = f"'{self.title}'" if self.title else self.session_id
+        tried = f" after {self.attempts}/{self.budget}" if self.budget else ""
+        return f"{self.headline}{tried} in {name}: {self.detail or self.reason}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "source": "autoretry", "version": PAYLOAD_VERSION, "event": str(self.event),
+            "session_id": self.session_id, "title": self.title, "directory": self.directory,
+            "turn_id": self.turn_id, "kind": self.kind, "reason": self.reason,
+            "attempts": self.attempts, "budget": self.budget, "time": self.time.isoformat(),
+            "message": self.summary, "resume": self.resume, "decision_id": self.decision_id,
+            "suppressed": self.suppressed,
+        }
+
+
+def from_decision(
+    event: NotifyEvent, decision: Decision, decision_id: int | None, session: Session | None,
+    now: datetime,
+) -> Notification:
+    return Notification(
+        event=event, session_id=decision.session_id, time=now, reason=decision.reason,
+        title=session.title if session else None, directory=session.directory if session else None,
+        turn_id=decision.turn_id, kind=str(decision.kind) if decision.kind else None,
+        attempts=decision.used_after, budget=decision.limit, decision_id=decision_id,
+        detail=decision.text if decision.action is Action.NOTIFY else None,
+    )
+
+
+# --- webhook bodies --------------------------------------------------------------------------
+
+
+def slack_body(note: Notification) -> dict[str, Any]:
+    """Slack incoming webhooks (and Mattermost, Discord's /slack URLs) take ``{"text"}``."""
+    return {"text": f"*{note.headline}*\n{note.summary}\n{note.resume}"}
+
+
+def ntfy_request(note: Notification, url: str) -> tuple[str, dict[str, Any]]:
+    """ntfy's JSON publishing: POST to the server root with the topic in the body
+    (``https://ntfy.sh/mytopic`` -> ``https://ntfy.sh/`` + ``{"topic": "mytopic"}``)."""
+    parts = urlsplit(url)
+    base, _, topic = parts.path.rstrip("/").rpartition("/")
+    root = urlunsplit((parts.scheme, parts.netloc, base + "/", parts.query, ""))
+    priority = 3 if note.event in (NotifyEvent.RECOVERED, NotifyEvent.TEST) else 4
+    return root, {
+        "topic": topic, "title": note.headline, "message": f"{note.summary}\n{note.resume}",
+        "tags": ["autoretry", str(note.event)], "priority": priority,
+    }
+
+
+# --- how often -------------------------------------------------------------------------------
+
+
+class Admission(StrEnum):
+    SEND = "send"
+    DUPLICATE = "duplicate"  # this session, turn and event already had its message
+    CAPPED = "capped"  # over the hourly cap: counted, announced later in one line
+
+
+HOUR = timedelta(hours=1)
+
+
+class Throttle:
+    """At most one message per (session, turn, event); at most ``max_per_hour`` in any hour."""
+
+    def __init__(self, max_per_hour: int) -> None:
+        self.max_per_hour = max_per_hour
+        self._sent: deque[datetime] = deque()
+        self._seen: dict[tuple[str, str | None, str], datetime] = {}
+        self.suppressed = 0
+
+    def _prune(self, now: datetime) -> None:
+        while self._sent and now - self._sent[0] >= HOUR:
+            self._sent.popleft()
+        if len(self._seen) > 10_000:  # a day is plenty to de-duplicate replays
+            self._seen = {k: t for k, t in self._seen.items() if now - t < timedelta(days=1)}
+
+    def admit(self, session_id: str, turn_id: str | None, event: str, now: datetime) -> Admission:
+        self._prune(now)
+        key = (session_id, turn_id, event)
+        if key in self._seen:
+            return Admission.DUPLICATE
+        self._seen[key] = now
+        if len(self._sent) >= self.max_per_hour:
+            self.suppressed += 1
+            return Admission.CAPPED
+        self._sent.append(now)
+        return Admission.SEND
+
+    def take_suppressed(self, now: datetime) -> int:
+        """Once the hour has room again: how many were held back (then zero), else 0."""
+        self._prune(now)
+        if not self.suppressed or len(self._sent) >= self.max_per_hour:
+            return 0
+        count, self.suppressed = self.suppressed, 0
+        self._sent.append(now)
+        return count

@@ -1,0 +1,141 @@
+"""The channels and their workers against a real local HTTP server and real commands."""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from notify_sink import WebhookSink  # noqa: E402
+
+from opencode_autoretry.daemon.notifier import (  # noqa: E402
+    CommandChannel,
+    DeliveryResult,
+    DesktopChannel,
+    Notifier,
+    WebhookChannel,
+    deliver_once,
+    desktop_program,
+    send_test,
+)
+from opencode_autoretry.notification import Notification, NotifyEvent  # noqa: E402
+from opencode_autoretry.notify_config import load_notify  # noqa: E402
+
+NOTE = Notification(NotifyEvent.GAVE_UP, "ses_a", datetime(2026, 12, 1, tzinfo=UTC), "why",
+                    title="T", directory="/p", turn_id="msg_u", kind="blank", attempts=2, budget=2)
+
+
+@pytest.fixture
+def sink():
+    server = WebhookSink()
+    yield server
+    server.close()
+
+
+def test_webhook_posts_the_json_payload(sink):
+    ok, attempts, error = deliver_once(WebhookChannel(sink.url), NOTE, 5)
+    assert (ok, attempts, error) == (True, 1, None)
+    [got] = sink.received()
+    assert got.body["event"] == "gave_up" and got.body["session_id"] == "ses_a"
+
+
+def test_a_failing_webhook_is_retried_once_and_its_secret_never_shown(sink):
+    sink.mode = "fail"
+    ok, attempts, error = deliver_once(WebhookChannel(sink.url), NOTE, 5)
+    assert not ok and attempts == 2 and len(sink.received()) == 2
+    assert error is not None and "HTTP 500" in error
+    assert "s3cret" not in error and "t0k" not in error
+
+
+def test_a_hanging_webhook_times_out(sink):
+    sink.mode = "hang"
+    ok, attempts, error = deliver_once(WebhookChannel(sink.url), NOTE, 0.3, attempts=1)
+    sink.release()
+    assert not ok and error is not None and "timed out after 0.3 s" in error
+    assert "s3cret" not in error
+
+
+def test_an_unreachable_webhook_fails_cleanly():
+    ok, _, error = deliver_once(WebhookChannel("http://127.0.0.1:9/x?token=abc"), NOTE, 2)
+    assert not ok and error is not None and "abc" not in error
+
+
+def test_slack_and_ntfy_bodies(sink):
+    deliver_once(WebhookChannel(sink.url, "slack"), NOTE, 5)
+    assert sink.received()[0].body["text"].startswith("*autoretry gave up*")
+    deliver_once(WebhookChannel(sink.url, "ntfy"), NOTE, 5)
+    ntfy = sink.received()[1]
+    assert ntfy.path == "/hook/?token=t0k" and ntfy.body["topic"] == "s3cret-path"
+
+
+def test_the_command_gets_the_event_on_stdin(tmp_path):
+    out = tmp_path / "events.jsonl"
+    script = f"import sys; open({str(out)!r}, 'a').write(sys.stdin.read() + '\\n')"
+    ok, _, _ = deliver_once(CommandChannel([sys.executable, "-c", script]), NOTE, 10)
+    assert ok and json.loads(out.read_text())["event"] == "gave_up"
+
+
+def test_a_failing_command_names_its_status_not_its_arguments():
+    channel = CommandChannel([sys.executable, "-c", "import sys; sys.exit(3)", "--token=abc"])
+    ok, attempts, error = deliver_once(channel, NOTE, 10)
+    assert not ok and attempts == 2 and error is not None
+    assert "exited with status 3" in error and "abc" not in error
+
+
+def test_desktop_uses_notify_send_or_osascript():
+    assert desktop_program(lambda name: f"/usr/bin/{name}", "Linux") == "/usr/bin/notify-send"
+    assert desktop_program(lambda name: f"/usr/bin/{name}", "Darwin") == "/usr/bin/osascript"
+    assert desktop_program(lambda name: None, "Linux") is None
+    argv = DesktopChannel("/usr/bin/osascript").argv(NOTE)
+    assert argv[1] == "-e" and argv[2].startswith('display notification "')
+    ok, _, error = deliver_once(DesktopChannel(None), NOTE, 1)
+    assert not ok and error == "no notify-send or osascript on this machine"
+
+
+def test_workers_deliver_off_the_callers_thread_and_report(sink):
+    sink.mode = "hang"
+    results: queue.Queue[DeliveryResult] = queue.Queue()
+    notifier = Notifier([WebhookChannel(sink.url)], 5, results.put).start()
+    began = time.perf_counter()
+    assert notifier.enqueue({"webhook": 1}, NOTE) == []
+    spent = time.perf_counter() - began
+    sink.wait_for(1, 10)  # the worker is now stuck in the hanging request ...
+    assert results.empty() and spent < 0.05  # ... and the caller was never held
+    sink.mode = "ok"
+    sink.release()
+    result = results.get(timeout=10)
+    assert result.ok and result.record_id == 1 and result.channel == "webhook"
+    notifier.stop()
+
+
+def test_notify_test_reports_each_channel(sink, tmp_path):
+    config = load_notify({"command": [sys.executable, "-c", "import sys; sys.exit(1)"],
+                          "webhook": sink.url, "timeout": 5})
+    results = send_test(config, NOTE)
+    assert [(name, ok) for name, ok, _ in results] == [("command", False), ("webhook", True)]
+
+
+def test_the_notify_test_command(sink, tmp_path):
+    from click.testing import CliRunner
+
+    from opencode_autoretry.cli import main
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[notify]\nwebhook = "{sink.url}"\n')
+    result = CliRunner().invoke(main, ["--config", str(config), "notify", "test"])
+    assert result.exit_code == 0 and result.output == "webhook: ok\n"
+    assert sink.received()[0].body["event"] == "test"
+    sink.mode = "fail"
+    result = CliRunner().invoke(main, ["--config", str(config), "notify", "test"])
+    assert result.exit_code == 1 and "webhook: FAILED — " in result.output
+    assert "s3cret" not in result.output
+    config.write_text('[notify]\nevents = ["nope"]\n')
+    result = CliRunner().invoke(main, ["--config", str(config), "notify", "test"])
+    assert result.exit_code == 2 and "notify.events[0]: unknown value 'nope'" in result.output

@@ -1,0 +1,207 @@
+"""Notifications from the daemon's one decision path, over fakes (fake clock, fake notifier)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from daemon_fakes import Harness  # noqa: E402
+from opencode_rows import api_error  # noqa: E402
+
+from opencode_autoretry.daemon.loop import Loop  # noqa: E402
+from opencode_autoretry.daemon.notifier import DeliveryResult  # noqa: E402
+from opencode_autoretry.notification import Notification  # noqa: E402
+from opencode_autoretry.notify_store import notifications  # noqa: E402
+from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
+
+
+@dataclass
+class FakeNotifier:
+    channel_names: tuple[str, ...] = ("command", "webhook")
+    queued: list[tuple[dict[str, int | None], Notification]] = field(default_factory=list)
+
+    def enqueue(self, record_ids: dict[str, int | None], note: Notification) -> list[str]:
+        self.queued.append((dict(record_ids), note))
+        return []
+
+    def events(self) -> list[str]:
+        return [str(note.event) for _, note in self.queued]
+
+
+def harness(tmp_path: Path, **notify: Any) -> tuple[Harness, FakeNotifier]:
+    h = Harness(tmp_path, notify={"webhook": "http://127.0.0.1:9/h", **notify})
+    return h, with_notifier(h)
+
+
+def with_notifier(h: Harness) -> FakeNotifier:
+    fake = FakeNotifier()
+    h.loop = Loop(h.settings, h.store, h.bridge, lambda: OpenCodeDB.open(h.settings.opencode_db),
+                  h.timers, h.clock, h.policy, rand=lambda: 0.0, pid=999, notifier=fake)
+    h.loop.recovery.rebuild(h.clock.now())
+    h.hello()
+    return fake
+
+
+def blank_turn(h: Harness, parent: str | None = None) -> tuple[str, str]:
+    sid = h.session(parent)
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    h.blank_step(sid, user)
+    h.idle(sid)
+    return sid, user
+
+
+def continue_blank(h: Harness, sid: str) -> None:
+    """The injected "Continue." lands in OpenCode and its reply is blank again."""
+    prompt = h.prompts()[-1]
+    h.injected_row(sid, prompt)
+    h.chat(sid, "msg_inj", prompt.text, marker=dict(prompt.marker or {}))
+    h.status(sid, "busy")
+    user = h.store.current_turn(sid)
+    assert user is not None
+    h.blank_step(sid, user)
+    h.idle(sid)
+
+
+def test_one_gave_up_when_the_blank_budget_runs_out(tmp_path):
+    h, fake = harness(tmp_path)
+    sid, user = blank_turn(h)
+    continue_blank(h, sid)
+    continue_blank(h, sid)
+    assert [d.action for d in h.store.decisions(sid)] == ["inject", "inject", "notify"]
+    assert fake.events() == ["gave_up"]
+    ids, note = fake.queued[0]
+    assert note.session_id == sid and note.turn_id == user and note.kind == "blank"
+    assert (note.attempts, note.budget) == (2, 2) and note.title == "scenario task"
+    assert note.decision_id == h.store.decisions(sid)[-1].id
+    rows = notifications(h.store, sid)
+    assert [(r.channel, r.state) for r in rows] == [("command", "queued"), ("webhook", "queued")]
+    h.idle(sid)
+    h.advance(5)
+    assert fake.events() == ["gave_up"]  # replays and idles add nothing
+
+
+def test_one_terminal_after_a_401_in_a_root_turn_and_none_in_a_child(tmp_path):
+    h, fake = harness(tmp_path)
+    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
+    root = h.session()
+    user = h.user(root)
+    h.chat(root, user)
+    h.failed_step(root, user, unauthorized)
+    h.error_then_idle(root, unauthorized)
+    assert fake.events() == ["terminal"]
+    assert "HTTP 401" in (fake.queued[0][1].detail or "")
+    assert "HTTP 401" in fake.queued[0][1].summary
+
+    child = h.session(root)
+    cuser = h.user(child)
+    h.chat(child, cuser)
+    h.failed_step(child, cuser, unauthorized)
+    h.error_then_idle(child, unauthorized)
+    assert fake.events() == ["terminal"]
+
+
+def test_off_means_no_terminal_notification(tmp_path):
+    h, fake = harness(tmp_path)
+    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
+    root = h.session()
+    h.store.set_enabled(False, h.clock.now(), root)
+    user = h.user(root)
+    h.chat(root, user)
+    h.failed_step(root, user, unauthorized)
+    h.error_then_idle(root, unauthorized)
+    assert fake.events() == []
+
+
+def recovered_blank(h: Harness) -> str:
+    sid, user = blank_turn(h)
+    prompt = h.prompts()[-1]
+    h.injected_row(sid, prompt)
+    h.chat(sid, "msg_inj", prompt.text, marker=dict(prompt.marker or {}))
+    h.status(sid, "busy")
+    h.good_step(sid, user)
+    h.idle(sid)
+    return sid
+
+
+def test_a_recovered_blank_is_silent_by_default(tmp_path):
+    h, fake = harness(tmp_path)
+    recovered_blank(h)
+    assert fake.events() == []
+
+
+def test_recovered_when_enabled_once(tmp_path):
+    h, fake = harness(tmp_path, events=["gave_up", "recovered"])
+    sid = recovered_blank(h)
+    h.idle(sid)
+    assert fake.events() == ["recovered"]
+    assert fake.queued[0][1].attempts == 1
+
+
+def test_delivery_results_are_recorded_with_their_latency(tmp_path):
+    h, fake = harness(tmp_path)
+    sid, _ = blank_turn(h)
+    continue_blank(h, sid)
+    continue_blank(h, sid)
+    ids, _ = fake.queued[0]
+    h.clock.advance(0.25)
+    h.loop.handle(DeliveryResult(ids["webhook"], "webhook", False, 2,
+                                 "webhook http://127.0.0.1:9/h answered HTTP 500",
+                                 h.clock.now(), 0.25))
+    h.loop.handle(DeliveryResult(ids["command"], "command", True, 1, None, h.clock.now(), 0.2))
+    rows = {r.channel: r for r in notifications(h.store, sid)}
+    assert rows["command"].state == "sent" and rows["command"].latency_ms == 250
+    assert rows["webhook"].state == "failed" and rows["webhook"].attempts == 2
+    assert rows["webhook"].error is not None and "/h" not in rows["webhook"].error
+
+
+def test_the_hourly_cap_suppresses_then_says_how_many_once(tmp_path):
+    h, fake = harness(tmp_path, max_per_hour=1)
+    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
+    for _ in range(3):
+        root = h.session()
+        user = h.user(root)
+        h.chat(root, user)
+        h.failed_step(root, user, unauthorized)
+        h.error_then_idle(root, unauthorized)
+    assert fake.events() == ["terminal"]
+    assert [r.state for r in notifications(h.store) if r.channel == "*"] == ["suppressed"] * 2
+    h.advance(timedelta(hours=1).total_seconds())
+    h.advance(1)
+    assert fake.events() == ["terminal", "suppressed"]
+    assert fake.queued[-1][1].summary.startswith("2 more suppressed")
+
+
+def test_a_restart_does_not_repeat_a_notification(tmp_path):
+    h, fake = harness(tmp_path)
+    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
+    root = h.session()
+    user = h.user(root)
+    h.chat(root, user)
+    h.failed_step(root, user, unauthorized)
+    h.error_then_idle(root, unauthorized)
+    fake2 = with_notifier(h)  # same store and DB, a new loop
+    h.event("session.error", sessionID=root, error=unauthorized)
+    h.idle(root)
+    assert fake.events() == ["terminal"] and fake2.events() == []
+
+
+def test_status_shows_deliveries(tmp_path):
+    from opencode_autoretry.daemon.control import render_status, status_report
+
+    h, fake = harness(tmp_path)
+    sid, _ = blank_turn(h)
+    continue_blank(h, sid)
+    continue_blank(h, sid)
+    ids, _ = fake.queued[0]
+    h.loop.handle(DeliveryResult(ids["webhook"], "webhook", False, 2, "answered HTTP 500",
+                                 h.clock.now(), 0.1))
+    text = render_status(status_report(h.store, h.clock.now()))  # type: ignore[arg-type]
+    assert "notifications (24 h): failed 1, queued 1" in text
+    assert "gave_up via webhook: failed in 0 ms — answered HTTP 500" in text
