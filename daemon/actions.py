@@ -371,6 +371,10 @@ class Recovery:
                     injection.session_id, now, "cancelled: autoretry was switched off"
                 )
 
+    def confirm_from_db(self, injection: InjectionRecord, now: datetime) -> bool:
+        """Confirmed when its marked message is in OpenCode's DB (exec, after a run)."""
+        return self._confirm_from_db(injection, now)
+
     def _confirm_from_db(self, injection: InjectionRecord, now: datetime) -> bool:
         db = self._db()
         if db is None:

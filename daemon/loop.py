@@ -17,14 +17,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from opencode_autoretry.budget import (
-    DecisionContext,
-    PendingEvent,
-    decide,
-    new_ledger,
-    should_cancel_pending,
-)
-from opencode_autoretry.classifier import classify
+from opencode_autoretry.budget import PendingEvent, should_cancel_pending
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
@@ -36,6 +29,7 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.judge import Judge, Owner
 from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
@@ -50,10 +44,9 @@ from opencode_autoretry.daemon.sessions import (
     note_unknown_step,
     stall_verdict,
     track_event,
-    with_error,
 )
 from opencode_autoretry.daemon.sources import UnownedWatch
-from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
+from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
@@ -97,6 +90,8 @@ class Loop:
         self.bridges: dict[str, protocol.Hello | None] = {}
         self.actions = Actions(store, bridge, self.db, timers, self.sessions)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
+        self.judge = Judge(store, self.db, policy, enabled=settings.enabled,
+                           runaway_steps=settings.runaway_steps, rand=rand)
         self._bridge = bridge
         self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
@@ -326,18 +321,14 @@ class Loop:
         settled: bool = False, verdict: Verdict | None = None,
     ) -> Decision | None:
         """Classify the session's last turn and perform what the decision core says."""
-        db = self.db()
-        turn = db.last_turn(view.session_id) if db is not None else None
-        if turn is None:
-            return None
-        if error is not None:
-            turn = with_error(turn, error)
         live = self.sessions.live_facts(view.session_id, settled=settled)
-        if verdict is None:
-            verdict = classify(turn, live, now=now, runaway_steps=self.settings.runaway_steps)
-        if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
+        judged = self.judge.judge(
+            view.session_id, now, live=live, owner=self._owner_kind(view),
+            pending=self.actions.pending.get(view.session_id), error=error, verdict=verdict,
+        )
+        if judged is None or judged.decision is None:
             return None
-        decision = self._decide(view, turn, verdict, live, now)
+        turn, verdict, decision = judged.turn, judged.verdict, judged.decision
         # One record per failure and outcome: the duplicated idles and replays of a failure
         # already acted on (or already skipped for the same reason) add nothing to the trace.
         key = verdict.message_id or f"turn:{turn.id}"
@@ -357,29 +348,18 @@ class Loop:
             self.actions.abort(view.session_id, now)  # stop the loop even without a budget
         return decision
 
+    def _owner_kind(self, view: SessionView) -> Owner:
+        """A bridge inside an `autoretry exec` run is exec's to recover, never the daemon's."""
+        if view.owner is None:
+            return Owner.NONE
+        hello = self.bridges.get(view.owner)
+        return Owner.HEADLESS if hello is not None and hello.exec else Owner.LIVE
+
     def _decide(
-        self, view: SessionView, turn: Turn, verdict: Verdict, live: Any, now: datetime
+        self, view: SessionView, turn: Turn, verdict: Verdict, live: LiveFacts, now: datetime
     ) -> Decision:
-        db = self.db()
-        session = db.session(view.session_id) if db is not None else None
-        is_child = None if session is None else session.parent_id is not None
-        if is_child is False and view.owner is None and verdict.retryable:
-            return Decision(Action.SKIP, "skip: no live owner (recorded, never injected)",
-                            view.session_id, turn.id, verdict.kind, verdict.group)
-        ledger = self.store.load_ledger(view.session_id, turn.id) or new_ledger(
-            view.session_id, turn.id
-        )
-        step = turn.last_step
-        context = DecisionContext(
-            session_id=view.session_id, is_child=is_child,
-            enabled=self.settings.enabled and self.store.is_enabled(view.session_id), live=live,
-            provider_id=step.provider_id if step else None,
-            pending=self.actions.pending.get(view.session_id),
-        )
-        decision, updated = decide(ledger, verdict, context, self.policy, now, self._rand())
-        if updated != ledger:
-            self.store.save_ledger(updated, now)
-        return decision
+        pending = self.actions.pending.get(view.session_id)
+        return self.judge.decide(turn, verdict, live, self._owner_kind(view), pending, now)
 
     def _check_stalls(self, now: datetime) -> None:
         for view in self.sessions:
