@@ -144,6 +144,7 @@ class Runner:
         spawn: Spawn = subprocess.Popen, env: Mapping[str, str] | None = None,
         cwd: str | None = None, err: IO[str] = sys.stderr,
         rand: Callable[[], float] = lambda: 0.5, stop: threading.Event | None = None,
+        pause: Callable[[float], object] | None = None,
     ) -> None:
         self.run, self.argv, self.store, self.clock = run, argv, store, clock
         self._open_db = open_db
@@ -154,6 +155,7 @@ class Runner:
         self._cwd = cwd
         self._err = err
         self.stop = stop or threading.Event()
+        self._pause = pause or self.stop.wait  # a signal ends the wait early
         self.sessions = Sessions()
         self.hand = CliHand(run, self._env, cwd, spawn, err)
         self.actions = Actions(store, self.hand, self.db, NoTimers(), self.sessions)
@@ -238,7 +240,7 @@ class Runner:
             left = (due - self.clock.now()).total_seconds()
             if left <= 0:
                 return True
-            self.stop.wait(min(left, WAIT_SLICE_S))
+            self._pause(min(left, WAIT_SLICE_S))
         return False
 
     def _continue(self, session_id: str) -> int | None:
