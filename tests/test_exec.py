@@ -59,7 +59,7 @@ def test_options_are_read_and_the_continuation_keeps_output_options():
     assert argv == ["/opt/bin/opencode", "run", "--session", "ses_1", "--model", "fake/m",
                     "--agent", "build", "--format", "json", "--print-logs", "Continue."]
     dash = run.continuation("ses_1", "-x", model=None, agent=None, variant="high")
-    assert dash[-2:] == ["--", "-x"] and ["--variant", "high"] == dash[4:6]
+    assert dash[-2:] == ["--", "-x"] and dash[4:6] == ["--variant", "high"]
 
 
 def test_exit_status_of_a_signalled_child():
