@@ -338,6 +338,8 @@ class Recovery:
             self._actions.cancel_open(session_id, now, "cancelled: autoretry was switched off")
             return
         view = self._sessions.get(session_id)
+        if view is not None and view.headless:
+            return  # an `autoretry exec` run's intent: exec sends it through OpenCode's CLI
         if view is None or view.owner is None:
             if injection.due is not None and now - injection.due > self.OWNER_GRACE:
                 self._actions.send_injection(injection, now)  # the gate fails it, with why

@@ -194,6 +194,8 @@ class Loop:
         view = self.sessions.ensure(session_id)
         if view.owner != conn_id:
             view.owner = conn_id
+            hello = self.bridges.get(conn_id)
+            view.headless = hello is not None and bool(hello.exec)
             self._last_beat = None
         return view
 
@@ -352,8 +354,7 @@ class Loop:
         """A bridge inside an `autoretry exec` run is exec's to recover, never the daemon's."""
         if view.owner is None:
             return Owner.NONE
-        hello = self.bridges.get(view.owner)
-        return Owner.HEADLESS if hello is not None and hello.exec else Owner.LIVE
+        return Owner.HEADLESS if view.headless else Owner.LIVE
 
     def _decide(
         self, view: SessionView, turn: Turn, verdict: Verdict, live: LiveFacts, now: datetime

@@ -279,3 +279,23 @@ def test_the_daemon_skips_a_session_of_an_exec_bridge_without_spending(tmp_path:
     (decision,) = h.store.decisions(sid)
     assert decision.reason == HEADLESS
     assert h.store.load_ledger(sid, turn) is None, "no budget spent"
+
+
+def test_the_daemon_never_sends_an_intent_of_exec_even_after_its_bridge_closed(tmp_path: Path):
+    from opencode_autoretry.daemon.bridges import BridgeConnected
+    from opencode_autoretry.models import Action, Decision, Kind
+    h = Harness(tmp_path)
+    h.loop.handle(BridgeConnected("b1", protocol.Hello(pid=7, directory="/p", exec=True),
+                                  h.clock.now()))
+    sid = h.session()
+    turn = h.user(sid)
+    h.chat(sid, turn)
+    h.closed()
+    # exec, in its own process, records an intent due at once and waits a moment to send it
+    decision = Decision(Action.INJECT, "inject: blank", sid, turn, Kind.BLANK, text="Continue.")
+    decision_id = h.store.record_decision(decision, h.clock.now())
+    h.store.record_intent(decision_id, sid, turn, "Continue.", h.clock.now(), h.clock.now())
+    h.advance(200)  # past the owner grace of a restart
+    assert h.prompts() == []
+    (injection,) = h.store.injections(sid)
+    assert injection.state == "intent", "left to exec"
