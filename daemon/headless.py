@@ -131,6 +131,8 @@ def find_session(db: OpenCodeDB, run: RunArgs, started: datetime, cwd: str) -> F
              and any(p.text.strip() == run.text.strip() for p in m.parts)}
     if len(asked) == 1:
         return Found(asked.pop(), "")
+    if not roots:
+        return Found(None, "")  # the run asked nothing (its own usage error, say): nothing to say
     return Found(None, f"{len(roots)} sessions in {directory} got a message during the run")
 
 
@@ -199,7 +201,9 @@ class Runner:
         found = find_session(db, self.run, started, self._cwd or os.getcwd()) if db else Found(
             None, "OpenCode's DB cannot be read")
         if found.session_id is None:
-            say(self._err, f"not recovering: cannot tell which session the run used ({found.why})")
+            if found.why:
+                say(self._err, f"not recovering: cannot tell which session the run used "
+                               f"({found.why})")
             return status
         self.sessions.ensure(found.session_id).owner = EXEC_OWNER
         return self._recover(found.session_id, status)
@@ -213,7 +217,11 @@ class Runner:
                 return status
             verdict, decision = judged.verdict, judged.decision
             if decision is None:
-                return 0 if verdict.kind is Kind.HEALTHY else status
+                if verdict.kind is not Kind.HEALTHY:
+                    return status
+                if self.continuations:
+                    say(self._err, f"recovered after {self.continuations} continuation(s)")
+                return 0
             self.actions.perform(decision, now, verdict.message_id)
             if decision.action is Action.NOTIFY:
                 return EXIT_GAVE_UP
