@@ -180,9 +180,9 @@ class Runner:
     def on_signal(self, signum: int, _frame: FrameType | None = None) -> None:
         """SIGINT/SIGTERM: passed on to the running child; no further continuation."""
         self.stop.set()
-        child = self.child
-        if child is not None and child.poll() is None:
-            child.send_signal(signum)
+        for child in {id(c): c for c in (self.child, self.hand.child) if c is not None}.values():
+            if child.poll() is None:
+                child.send_signal(signum)
 
     # -- the run ----------------------------------------------------------------------------
 

@@ -299,3 +299,19 @@ def test_the_daemon_never_sends_an_intent_of_exec_even_after_its_bridge_closed(t
     assert h.prompts() == []
     (injection,) = h.store.injections(sid)
     assert injection.state == "intent", "left to exec"
+
+
+def test_a_signal_is_passed_on_to_the_running_child_and_stops_the_recovery(world: World):
+    runner = world.runner()
+    running = FakeChild(0)
+    running.poll = lambda: None  # type: ignore[method-assign]
+
+    def first(call: Spawned) -> int:
+        world.first("blank")(call)
+        runner.child = running
+        runner.on_signal(15)
+        return 0
+    world.steps = [first]
+    assert runner.execute() == 0
+    assert running.signals == [15]
+    assert len(world.spawned) == 1 and world.decisions() == [], "no continuation after SIGTERM"
