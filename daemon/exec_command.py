@@ -47,9 +47,10 @@ Exit status:
 
 @click.command("exec", help=HELP, context_settings={
     "ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("-v", "--verbose", is_flag=True, help="Say how each turn was judged (stderr).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
-def exec_command(app: AppContext, command: tuple[str, ...]) -> None:
+def exec_command(app: AppContext, verbose: bool, command: tuple[str, ...]) -> None:
     try:
         run = parse_run(command)
     except RunArgsError as exc:
@@ -64,7 +65,7 @@ def exec_command(app: AppContext, command: tuple[str, ...]) -> None:
         sys.exit(EXIT_USAGE)
     runner = Runner(run, list(command), store, lambda: OpenCodeDB.open(settings.opencode_db),
                     policy, SystemClock(), enabled=settings.enabled,
-                    runaway_steps=settings.runaway_steps, rand=random.random)
+                    runaway_steps=settings.runaway_steps, rand=random.random, verbose=verbose)
     install_signals(runner)
     try:
         status = runner.execute()

@@ -146,7 +146,7 @@ class Runner:
         spawn: Spawn = subprocess.Popen, env: Mapping[str, str] | None = None,
         cwd: str | None = None, err: IO[str] = sys.stderr,
         rand: Callable[[], float] = lambda: 0.5, stop: threading.Event | None = None,
-        pause: Callable[[float], object] | None = None,
+        pause: Callable[[float], object] | None = None, verbose: bool = False,
     ) -> None:
         self.run, self.argv, self.store, self.clock = run, argv, store, clock
         self._open_db = open_db
@@ -158,6 +158,7 @@ class Runner:
         self._err = err
         self.stop = stop or threading.Event()
         self._pause = pause or self.stop.wait  # a signal ends the wait early
+        self._verbose = verbose
         self.sessions = Sessions()
         self.hand = CliHand(run, self._env, cwd, spawn, err)
         self.actions = Actions(store, self.hand, self.db, NoTimers(), self.sessions)
@@ -200,6 +201,8 @@ class Runner:
         db = self.db()
         found = find_session(db, self.run, started, self._cwd or os.getcwd()) if db else Found(
             None, "OpenCode's DB cannot be read")
+        if self._verbose:
+            say(self._err, f"run exited with {status}; session: {found.session_id or found.why}")
         if found.session_id is None:
             if found.why:
                 say(self._err, f"not recovering: cannot tell which session the run used "
@@ -216,6 +219,9 @@ class Runner:
             if judged is None:
                 return status
             verdict, decision = judged.verdict, judged.decision
+            if self._verbose:
+                say(self._err, f"{session_id}: {verdict.kind} ({verdict.reason}); "
+                               f"{decision.reason if decision else 'nothing to do'}")
             if decision is None:
                 if verdict.kind is not Kind.HEALTHY:
                     return status

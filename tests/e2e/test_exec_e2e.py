@@ -79,7 +79,8 @@ def run_exec(opencode_bin: Path, opencode_home, home: Path, socket: Path, *args:
     )
     began = time.monotonic()
     done = subprocess.run(
-        [sys.executable, "-m", "opencode_autoretry.cli", "exec", "--", str(opencode_bin), "run",
+        [sys.executable, "-m", "opencode_autoretry.cli", "exec", "--verbose", "--",
+         str(opencode_bin), "run",
          *args],
         cwd=opencode_home.project, env=env, capture_output=True, text=True, timeout=timeout,
         stdin=subprocess.DEVNULL,
