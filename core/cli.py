@@ -42,12 +42,13 @@ def main(
 
 def _attach_commands() -> None:
     from opencode_autoretry.daemon.commands import COMMANDS as DAEMON
+    from opencode_autoretry.daemon.exec_command import COMMANDS as EXEC
     from opencode_autoretry.daemon.notify_commands import COMMANDS as NOTIFY
     from opencode_autoretry.diagnostics.commands import COMMANDS as REPORTS
     from opencode_autoretry.diagnostics.doctor import COMMANDS as DOCTOR
     from opencode_autoretry.plugin_bridge.commands import COMMANDS as BRIDGE
 
-    for command in [*REPORTS, *DAEMON, *BRIDGE, *DOCTOR, *NOTIFY]:
+    for command in [*REPORTS, *DAEMON, *EXEC, *BRIDGE, *DOCTOR, *NOTIFY]:
         main.add_command(command)
 
 

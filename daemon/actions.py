@@ -379,6 +379,8 @@ class Recovery:
             self._actions.cancel_open(session_id, now, "cancelled: autoretry was switched off")
             return
         view = self._sessions.get(session_id)
+        if view is not None and view.headless:
+            return  # an `autoretry exec` run's intent: exec sends it through OpenCode's CLI
         if view is None or view.owner is None:
             if injection.due is not None and now - injection.due > self.OWNER_GRACE:
                 self._actions.send_injection(injection, now)  # the gate fails it, with why
@@ -411,6 +413,10 @@ class Recovery:
                 self._actions.cancel_open(
                     injection.session_id, now, "cancelled: autoretry was switched off"
                 )
+
+    def confirm_from_db(self, injection: InjectionRecord, now: datetime) -> bool:
+        """Confirmed when its marked message is in OpenCode's DB (exec, after a run)."""
+        return self._confirm_from_db(injection, now)
 
     def _confirm_from_db(self, injection: InjectionRecord, now: datetime) -> bool:
         db = self._db()

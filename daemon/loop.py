@@ -18,14 +18,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from opencode_autoretry.budget import (
-    DecisionContext,
-    PendingEvent,
-    decide,
-    new_ledger,
-    should_cancel_pending,
-)
-from opencode_autoretry.classifier import classify
+from opencode_autoretry.budget import PendingEvent, should_cancel_pending
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
@@ -39,6 +32,7 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.judge import Judge, Owner
 from opencode_autoretry.daemon.notifier import DeliveryResult
 from opencode_autoretry.daemon.notify_actions import Enqueuer, Notifications
 from opencode_autoretry.daemon.parts import STORE, PartHealth
@@ -56,13 +50,12 @@ from opencode_autoretry.daemon.sessions import (
     note_unknown_step,
     stall_verdict,
     track_event,
-    with_error,
 )
 from opencode_autoretry.daemon.sources import UnownedWatch
 from opencode_autoretry.daemon.subagent_stalls import SubagentStalls
 from opencode_autoretry.daemon.todo_guard import TodoGuard
-from opencode_autoretry.fallback import load_fallback, revise
-from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, Turn, Verdict
+from opencode_autoretry.fallback import load_fallback
+from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
 from opencode_autoretry.notify_config import load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
@@ -118,6 +111,10 @@ class Loop:
         self.policy = with_todo_budget(policy, self.todos.config)
         self.subagents = SubagentStalls(self.db, store, settings.stall_timeout)  # issue 9
         self.fallback = load_fallback(settings.fallback)
+        self.judge = Judge(store, self.db, self.policy, enabled=settings.enabled,
+                           runaway_steps=settings.runaway_steps, rand=rand,
+                           subagents=settings.stall_subagents, scope=self.subagents.scope,
+                           fallback=self.fallback)
         self.notifications = Notifications(store, self.db, load_notify(settings.notify), notifier)
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
@@ -250,6 +247,8 @@ class Loop:
         view = self.sessions.ensure(session_id)
         if view.owner != conn_id:
             view.owner = conn_id
+            hello = self.bridges.get(conn_id)
+            view.headless = hello is not None and bool(hello.exec)
             self._last_beat = None
         return view
 
@@ -382,21 +381,19 @@ class Loop:
         settled: bool = False, verdict: Verdict | None = None,
     ) -> Decision | None:
         """Classify the session's last turn and perform what the decision core says."""
-        db = self.db()
-        turn = db.last_turn(view.session_id) if db is not None else None
-        if turn is None:
-            return None
-        if error is not None:
-            turn = with_error(turn, error)
         live = self.sessions.live_facts(view.session_id, settled=settled)
-        if verdict is None:
-            verdict = classify(turn, live, now=now, runaway_steps=self.settings.runaway_steps)
-        if verdict.kind is Kind.HEALTHY and settled:
-            self.notifications.on_healthy(view.session_id, turn, now)  # issue 10: recovered
-            return self.todos.on_healthy(view, turn, live, now)  # issue 9: todos left
-        if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
+        judged = self.judge.judge(
+            view.session_id, now, live=live, owner=self._owner_kind(view),
+            pending=self.actions.pending.get(view.session_id), error=error, verdict=verdict,
+        )
+        if judged is None:
             return None
-        decision = self._decide(view, turn, verdict, live, now)
+        if judged.verdict.kind is Kind.HEALTHY and settled:
+            self.notifications.on_healthy(view.session_id, judged.turn, now)  # issue 10
+            return self.todos.on_healthy(view, judged.turn, live, now)  # issue 9: todos left
+        if judged.decision is None:
+            return None
+        turn, verdict, decision = judged.turn, judged.verdict, judged.decision
         # One record per failure and outcome: the duplicated idles and replays of a failure
         # already acted on (or already skipped for the same reason) add nothing to the trace.
         key = verdict.message_id or f"turn:{turn.id}"
@@ -416,33 +413,17 @@ class Loop:
             self.actions.abort(view.session_id, now)  # stop the loop even without a budget
         return decision
 
+    def _owner_kind(self, view: SessionView) -> Owner:
+        """A bridge inside an `autoretry exec` run is exec's to recover, never the daemon's."""
+        if view.owner is None:
+            return Owner.NONE
+        return Owner.HEADLESS if view.headless else Owner.LIVE
+
     def _decide(
-        self, view: SessionView, turn: Turn, verdict: Verdict, live: Any, now: datetime
+        self, view: SessionView, turn: Turn, verdict: Verdict, live: LiveFacts, now: datetime
     ) -> Decision:
-        db = self.db()
-        session = db.session(view.session_id) if db is not None else None
-        is_child = None if session is None else session.parent_id is not None
-        if is_child is False and view.owner is None and verdict.retryable:
-            return Decision(Action.SKIP, "skip: no live owner (recorded, never injected)",
-                            view.session_id, turn.id, verdict.kind, verdict.group)
-        key, enabled = turn.id, self.settings.enabled and self.store.is_enabled(view.session_id)
-        if verdict.kind is Kind.SUBAGENT_STALL:  # counted per parent turn (issue 9)
-            key, enabled = self.subagents.scope(session, turn, enabled)
-        ledger = self.store.load_ledger(view.session_id, key) or new_ledger(view.session_id, key)
-        step = turn.last_step
-        context = DecisionContext(
-            session_id=view.session_id, is_child=is_child, enabled=enabled, live=live,
-            provider_id=step.provider_id if step else None,
-            pending=self.actions.pending.get(view.session_id),
-            subagents=self.settings.stall_subagents,
-        )
-        decision, updated = decide(ledger, verdict, context, self.policy, now, self._rand())
-        if self.fallback.chains and view.owner is not None:  # issue 10: the next model
-            decision, updated = revise(decision, updated, verdict, turn, context, self.fallback,
-                                       self.policy, now)
-        if updated != ledger:
-            self.store.save_ledger(updated, now)
-        return decision
+        pending = self.actions.pending.get(view.session_id)
+        return self.judge.decide(turn, verdict, live, self._owner_kind(view), pending, now)
 
     def _check_stalls(self, now: datetime) -> None:
         for view in self.sessions:

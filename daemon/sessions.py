@@ -40,6 +40,7 @@ class SessionView:
     agent: str | None = None
     model: Mapping[str, str] | None = None
     variant: str | None = None
+    headless: bool = False  # last owned by an `autoretry exec` run: exec sends, never the daemon
 
     @property
     def busy(self) -> bool:

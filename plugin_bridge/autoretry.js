@@ -17,7 +17,7 @@ import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./auto
 import {
   BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
   processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath, trimEvent,
-  WRITE_BATCH, backoffDelay, chatMessageFields,
+  WRITE_BATCH, backoffDelay, chatMessageFields, isExecRun, markContinuation, pendingExecMarker,
 } from "./autoretry/wire.js"
 
 // Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
@@ -118,7 +118,8 @@ export class Bridge {
       this.connected = true
       this.buffer = ""
       const hello = { pid: process.pid, directory: this.directory, project: this.project,
-        opencode: await this.opencodeVersion(), bridge: BRIDGE_VERSION, server_url: this.serverUrl() }
+        opencode: await this.opencodeVersion(), bridge: BRIDGE_VERSION, server_url: this.serverUrl(),
+        exec: isExecRun() }
       if (this.socket !== socket) return
       this.queue.unshift(encodeMessage("hello", hello), "control")
       this.ready = true
@@ -363,6 +364,7 @@ export const AutoretryBridge = async (input) => {
   } catch {
     return {}
   }
+  const execMarker = pendingExecMarker()
   return {
     event: async ({ event }) => {
       try {
@@ -370,6 +372,9 @@ export const AutoretryBridge = async (input) => {
       } catch {}
     },
     "chat.message": async (hookInput, output) => {
+      try {
+        markContinuation(hookInput, output, execMarker)
+      } catch {}
       try {
         bridge.send("chat.message", chatMessageFields(hookInput, output))
       } catch {}

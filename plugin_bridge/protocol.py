@@ -28,6 +28,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "opencode": "str?",
         "bridge": "str?",
         "server_url": "str?",
+        "exec": "bool?",  # issue 10: the process is an `opencode run` driven by autoretry exec
     },
     "event": {"t": "int", "event": "obj"},
     "chat.message": {
@@ -126,6 +127,7 @@ class Hello:
     opencode: str | None = None
     bridge: str | None = None
     server_url: str | None = None
+    exec: bool | None = None  # True: `autoretry exec` recovers this process's sessions
 
 
 @dataclass(frozen=True)

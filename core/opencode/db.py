@@ -265,6 +265,12 @@ class OpenCodeDB:
         found = self.messages_by_id(self.marker_message_ids(session_id=session_id))
         return [m for m in found if m.role is Role.USER and m.marker]
 
+    def user_messages_since(self, since_ms: int) -> list[Message]:
+        """User messages created at or after ``since_ms`` (exec: what a run just asked)."""
+        rows = self._message_rows("time_created >= ? AND json_extract(data, '$.role') = 'user'",
+                                  (since_ms,), "ORDER BY time_created, id")
+        return self.with_parts(rows)
+
     def messages_by_id(self, message_ids: Sequence[str]) -> list[Message]:
         return self.with_parts(self._rows_by_id(message_ids))
 

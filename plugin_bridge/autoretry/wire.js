@@ -24,7 +24,7 @@ export const FORWARDED_EVENTS = new Set([
 
 // Same table as plugin_bridge/protocol.py SCHEMA ("?" = optional / nullable).
 export const SCHEMA = {
-  hello: { pid: "int", directory: "str", project: "str?", opencode: "str?", bridge: "str?", server_url: "str?" },
+  hello: { pid: "int", directory: "str", project: "str?", opencode: "str?", bridge: "str?", server_url: "str?", exec: "bool?" },
   event: { t: "int", event: "obj" },
   "chat.message": { t: "int", session_id: "str", message_id: "str?", agent: "str?", model: "obj?", variant: "str?", marker: "obj?", synthetic: "bool?", text: "str?", command: "bool?" },
   command: { id: "str", session_id: "str?", name: "str", arguments: "str?" },
@@ -199,4 +199,43 @@ export class SendQueue {
   get length() {
     return this.items.length
   }
+}
+
+// `autoretry exec` runs `opencode run` with AUTORETRY_EXEC=1 (the daemon leaves such a
+// process's sessions to exec). For a continuation it also sets AUTORETRY_EXEC_SESSION and
+// AUTORETRY_EXEC_MARKER (the injection's marker as JSON): `opencode run` has no way to put
+// metadata on the message it sends, so the bridge adds the marker in `chat.message` (which
+// runs before OpenCode saves the message). Stored in the DB like a daemon injection's marker,
+// it keeps the continuation a follow-up of the same user turn: budgets are not reset.
+
+export function isExecRun(env = process.env) {
+  return env?.AUTORETRY_EXEC === "1"
+}
+
+// The marker this process must put on its continuation, or null.
+export function pendingExecMarker(env = process.env) {
+  if (!isExecRun(env) || !env.AUTORETRY_EXEC_SESSION || !env.AUTORETRY_EXEC_MARKER) return null
+  try {
+    const marker = JSON.parse(env.AUTORETRY_EXEC_MARKER)
+    if (!marker || typeof marker !== "object" || Array.isArray(marker)) return null
+    return { session: String(env.AUTORETRY_EXEC_SESSION), marker }
+  } catch {
+    return null
+  }
+}
+
+// Marks the first text part of a user message of the pending session; true when it did.
+// `pending.used` makes it once per process: a run sends exactly one message.
+export function markContinuation(hookInput, output, pending) {
+  if (!pending || pending.used) return false
+  const session = hookInput?.sessionID ?? output?.message?.sessionID
+  if (session !== pending.session) return false
+  const parts = Array.isArray(output?.parts) ? output.parts : []
+  const text = parts.find((p) => p?.type === "text")
+  if (!text || text.synthetic) return false
+  const metadata = text.metadata && typeof text.metadata === "object" ? text.metadata : {}
+  if (metadata.autoretry) return false
+  text.metadata = { ...metadata, autoretry: pending.marker }
+  pending.used = true
+  return true
 }

@@ -1,0 +1,137 @@
+"""The one decision path: a session's last turn -> classifier -> budget core -> a Decision.
+
+Shared by the daemon loop and ``autoretry exec`` (headless ``opencode run``), so both judge a
+turn the same way: the same classifier, the same fail-closed reading of ``parent_id``, the same
+per-turn ledger in the store and the same ``budget.decide``. What differs between the two is
+only who may send (``Owner``): the daemon sends through a live bridge, exec through OpenCode's
+own CLI once the run has exited; a bridge that belongs to an exec run is never the daemon's to
+send through, so the daemon skips those sessions without spending any budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from opencode_autoretry.budget import DecisionContext, PendingRetry, decide, new_ledger
+from opencode_autoretry.classifier import classify
+from opencode_autoretry.daemon.sessions import with_error
+from opencode_autoretry.fallback import FallbackChains, revise
+from opencode_autoretry.models import (
+    Action,
+    Decision,
+    ErrorInfo,
+    Kind,
+    LiveFacts,
+    Session,
+    Turn,
+    Verdict,
+)
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.policy import Policy
+from opencode_autoretry.store import Store
+
+NO_OWNER = "skip: no live owner (recorded, never injected)"
+HEADLESS = "skip: headless run, recovered by autoretry exec"
+#: (child session, its turn, enabled) -> (ledger key, enabled): a hung subagent is counted per
+#: parent turn and follows the parent's switch (issue 9, ``SubagentStalls.scope``).
+Scope = Callable[[Session | None, Turn, bool], tuple[str, bool]]
+
+
+class Owner(StrEnum):
+    """Who could carry out a send for the session being judged."""
+
+    LIVE = "live"  # a bridge of an interactive process (TUI, serve)
+    EXEC = "exec"  # `autoretry exec` itself, judging the run it drove after it exited
+    NONE = "none"  # nobody: record, never inject
+    HEADLESS = "headless"  # an `opencode run` driven by `autoretry exec`: exec recovers it
+
+
+@dataclass(frozen=True)
+class Judgement:
+    turn: Turn
+    verdict: Verdict
+    decision: Decision | None  # None: the turn is healthy or still running
+
+
+class Judge:
+    def __init__(
+        self,
+        store: Store,
+        db: Callable[[], OpenCodeDB | None],
+        policy: Policy,
+        *,
+        enabled: bool,
+        runaway_steps: int,
+        rand: Callable[[], float],
+        subagents: bool = True,
+        scope: Scope | None = None,
+        fallback: FallbackChains | None = None,
+    ) -> None:
+        self._subagents = subagents  # [stall] subagents: hung children may be aborted
+        self._scope = scope
+        self._fallback = fallback  # [fallback]: the next model when this one can only fail
+        self._store = store
+        self._db = db
+        self._policy = policy
+        self._enabled = enabled
+        self._runaway_steps = runaway_steps
+        self._rand = rand
+
+    def judge(
+        self,
+        session_id: str,
+        now: datetime,
+        *,
+        live: LiveFacts,
+        owner: Owner,
+        pending: PendingRetry | None,
+        error: ErrorInfo | None = None,
+        verdict: Verdict | None = None,
+    ) -> Judgement | None:
+        """Classify the session's last turn and decide about it (None: no turn yet)."""
+        db = self._db()
+        turn = db.last_turn(session_id) if db is not None else None
+        if turn is None:
+            return None
+        if error is not None:
+            turn = with_error(turn, error)
+        if verdict is None:
+            verdict = classify(turn, live, now=now, runaway_steps=self._runaway_steps)
+        if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
+            return Judgement(turn, verdict, None)
+        return Judgement(turn, verdict, self.decide(turn, verdict, live, owner, pending, now))
+
+    def decide(
+        self, turn: Turn, verdict: Verdict, live: LiveFacts, owner: Owner,
+        pending: PendingRetry | None, now: datetime,
+    ) -> Decision:
+        """The budget core's decision for a verdict (detectors such as the repetition guard
+        bring their own verdict); a spent budget or exhausted group is saved in the store."""
+        session_id = turn.session_id
+        db = self._db()
+        session = db.session(session_id) if db is not None else None
+        is_child = None if session is None else session.parent_id is not None
+        if is_child is False and owner in (Owner.NONE, Owner.HEADLESS) and verdict.retryable:
+            reason = HEADLESS if owner is Owner.HEADLESS else NO_OWNER
+            return Decision(Action.SKIP, reason, session_id, turn.id, verdict.kind, verdict.group)
+        key, enabled = turn.id, self._enabled and self._store.is_enabled(session_id)
+        if verdict.kind is Kind.SUBAGENT_STALL and self._scope is not None:
+            key, enabled = self._scope(session, turn, enabled)  # counted per parent turn
+        ledger = self._store.load_ledger(session_id, key) or new_ledger(session_id, key)
+        step = turn.last_step
+        context = DecisionContext(
+            session_id=session_id, is_child=is_child, enabled=enabled, live=live,
+            provider_id=step.provider_id if step else None, pending=pending,
+            subagents=self._subagents,
+        )
+        decision, updated = decide(ledger, verdict, context, self._policy, now, self._rand())
+        if self._fallback is not None and self._fallback.chains and owner in (
+                Owner.LIVE, Owner.EXEC):
+            decision, updated = revise(decision, updated, verdict, turn, context, self._fallback,
+                                       self._policy, now)
+        if updated != ledger:
+            self._store.save_ledger(updated, now)
+        return decision
