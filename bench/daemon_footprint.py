@@ -1,6 +1,7 @@
 """RSS and CPU of the resident daemon, idle and with 20 sessions streaming (issue 5).
 
     .venv/bin/python bench/daemon_footprint.py [--idle 60] [--sessions 20] [--words 1500]
+                                              [--pairs 1]
 
 Real OpenCode 1.18.33 with the bridge plugin, ``autoretry run`` with default settings.
 - idle: one bridge connected, nothing happening, ``--idle`` seconds.
@@ -9,8 +10,8 @@ Real OpenCode 1.18.33 with the bridge plugin, ``autoretry run`` with default set
   the bridge into the daemon (the repetition guard reads them). Measured from the moment all
   streams run until the first one ends.
 CPU = psutil ``cpu_times`` (user + system) delta of the daemon's pid / wall time; RSS is
-sampled every 0.5 s (max reported). Goals: idle <= 0.5 % of a core, streaming <= 5 %, RSS
-<= 60 MB.
+sampled every 0.5 s (max reported). Goals: idle <= 0.5 % of a core, streaming <= 2 %
+(issue 12; 5 % in issue 5), RSS <= 60 MB. ``--pairs N`` runs N uncoalesced/coalesced pairs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psutil
 from daemon_harness import (
@@ -50,6 +52,11 @@ class Usage:
     rss_end: float  # MB
     loop_cpu: float = 0.0  # seconds of the main thread (the decision loop) within ``cpu``
     extra: str = ""
+    deltas_per_s: float = 0.0  # ``message.part.delta`` published by OpenCode in the window
+
+    @property
+    def us_per_delta(self) -> float:
+        return 1e6 * self.cpu / (self.deltas_per_s * self.wall) if self.deltas_per_s else 0.0
 
     @property
     def core_share(self) -> float:
@@ -130,7 +137,7 @@ def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProv
     return Usage(usage.wall, usage.cpu, usage.rss_max, usage.rss_end, usage.loop_cpu,
                  f"{rate:.0f} chunks/s sent by the provider, {published:.0f} "
                  f"`message.part.delta`/s published by OpenCode; decisions: {decided}; "
-                 f"bridge drop reports: {len(dropped)}")
+                 f"bridge drop reports: {len(dropped)}", published)
 
 
 def print_profile(path: Path) -> None:
@@ -139,8 +146,27 @@ def print_profile(path: Path) -> None:
         pstats.Stats(str(path)).sort_stats("tottime").print_stats(20)
 
 
+def start_opencode(binary: Path, home: Any, socket: Path, daemon: DefaultDaemon,
+                   coalesce_ms: int | None) -> OpenCodeServer:
+    """OpenCode with the bridge, once its hello reached the daemon; ``coalesce_ms`` 0 turns the
+    bridge's delta coalescing off (every delta its own line, as before issue 12)."""
+    env = {"AUTORETRY_SOCKET": str(socket)}
+    if coalesce_ms is not None:
+        env["AUTORETRY_BRIDGE_COALESCE_MS"] = str(coalesce_ms)
+    seen = len(daemon.lines())
+    server = OpenCodeServer.start(binary, home, env)
+    server.ok("GET", "/path")
+    warm = server.create_session()["id"]
+    server.prompt_async(warm, "hello")
+    server.wait_idle(warm, TURN_S)
+    daemon.wait_log("connected: pid", TURN_S, after=seen)
+    return server
+
+
 def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, words: int,
-        profile: bool = False) -> dict[str, Usage]:
+        profile: bool = False, pairs: int = 1) -> dict[str, Usage]:
+    """Idle once, then ``pairs`` x (streaming with every delta its own line, streaming with
+    the bridge's coalescing): the same daemon, machine and load, back to back."""
     root = scratch("ar-foot-")
     daemon: DefaultDaemon | None = None
     server: OpenCodeServer | None = None
@@ -148,21 +174,22 @@ def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, wor
         home = bridge_home(root / "oc", provider.url)
         warm_up(binary, home)
         socket = root / "d.sock"
-        server = OpenCodeServer.start(binary, home, {"AUTORETRY_SOCKET": str(socket)})
-        server.ok("GET", "/path")
-        warm = server.create_session()["id"]
-        server.prompt_async(warm, "hello")
-        server.wait_idle(warm, TURN_S)
         daemon = DefaultDaemon(root / "home", socket, home.data_dir / "opencode.db")
         if profile:  # cProfile sees the main thread only: the decision loop
             daemon.interpreter_args = ("-m", "cProfile", "-o", str(root / "daemon.prof"))
         daemon.start()
-        daemon.wait_log("connected: pid", TURN_S)
+        server = start_opencode(binary, home, socket, daemon, None)
         time.sleep(5)  # start-up (rebuild, adopt, first beats) is not idle time
         results = {"idle": idle(daemon, idle_s)}
         print(f"idle: {results['idle']}", flush=True)
-        results["streaming"] = streaming(server, daemon, provider, sessions, words)
-        print(f"streaming: {results['streaming']}", flush=True)
+        for pair in range(pairs):
+            for name, window in (("streaming, uncoalesced", 0), ("streaming", None)):
+                server.stop()
+                server = start_opencode(binary, home, socket, daemon, window)
+                usage = streaming(server, daemon, provider, sessions, words)
+                key = name if pairs == 1 else f"{name} #{pair + 1}"
+                results[key] = usage
+                print(f"{key}: {usage}", flush=True)
         return results
     finally:
         if server is not None:
@@ -174,21 +201,25 @@ def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, wor
         remove(root)
 
 
+GOALS = {"idle": 0.5, "streaming": 2.0}  # % of a core (issue 5: idle; issue 12: streaming)
+
+
 def table(results: dict[str, Usage], args: argparse.Namespace, note: str) -> str:
-    goals = {"idle": 0.5, "streaming": 5.0}
     lines = [
-        "| phase | window | daemon CPU (loop thread) | % of a core | goal | RSS max / end | goal "
-        "| traffic |",
-        "|---|---|---|---|---|---|---|---|",
+        "| phase | window | daemon CPU (loop thread) | % of a core | CPU per delta | goal "
+        "| RSS max / end | goal | traffic |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, usage in results.items():
-        label = "idle, 1 bridge" if name == "idle" else f"{args.sessions} sessions streaming"
-        cpu_ok = usage.core_share <= goals[name]
+        label = "idle, 1 bridge" if name == "idle" else f"{args.sessions} sessions {name}"
+        goal = GOALS.get(name.split(" #")[0])
+        cpu = "baseline" if goal is None else (
+            f"<= {goal} % {'met' if usage.core_share <= goal else '**missed**'}")
+        per_delta = f"{usage.us_per_delta:.0f} us" if usage.deltas_per_s else ""
         rss_ok = usage.rss_max <= 60
         lines.append(
             f"| {label} | {usage.wall:.1f} s | {usage.cpu * 1000:.0f} ms "
-            f"({usage.loop_cpu * 1000:.0f} ms) "
-            f"| {usage.core_share:.2f} % | <= {goals[name]} % {'met' if cpu_ok else '**missed**'} "
+            f"({usage.loop_cpu * 1000:.0f} ms) | {usage.core_share:.2f} % | {per_delta} | {cpu} "
             f"| {usage.rss_max:.1f} / {usage.rss_end:.1f} MB "
             f"| <= 60 MB {'met' if rss_ok else '**missed**'} | {usage.extra} |"
         )
@@ -198,12 +229,25 @@ def table(results: dict[str, Usage], args: argparse.Namespace, note: str) -> str
         f"daemon's pid over the window; RSS sampled every 0.5 s. Streaming: {args.sessions} "
         f"sessions prompted at once, each answered with {args.words} words of non-repeating "
         "prose, one SSE chunk per word every 20 ms; the window runs from all streams flowing "
-        "to the first one finishing. In brackets: the main thread alone, which runs the "
-        "decision loop (per delta: dispatch, session bookkeeping, the repetition guard's "
-        "feed); the rest is mostly the bridge reader threads (per line: JSON decode into a "
-        "protocol dataclass, clock, inbox put). `--profile` runs the daemon under cProfile "
-        "and prints the loop's hot spots (no single one dominates).\n\n" + "\n".join(lines)
+        "to the first one finishing. *uncoalesced* is the same daemon and load with the "
+        "bridge's delta coalescing off (`AUTORETRY_BRIDGE_COALESCE_MS=0`: every delta its own "
+        "line, as before issue 12), run back to back as the baseline. In brackets: the main "
+        "thread alone, which runs the decision loop (per delta: dispatch, session bookkeeping, "
+        "the repetition guard's feed); the rest is mostly the bridge reader threads (per line: "
+        "JSON decode into a protocol dataclass, clock, inbox put). `--profile` runs the daemon "
+        "under cProfile and prints the loop's hot spots.\n\n" + "\n".join(lines)
+        + ratio_line(results)
     )
+
+
+def ratio_line(results: dict[str, Usage]) -> str:
+    pairs = [(results[k], results[k.replace("streaming", "streaming, uncoalesced", 1)])
+             for k in results if k.startswith("streaming") and "uncoalesced" not in k]
+    if not pairs:
+        return ""
+    ratios = ", ".join(f"{base.us_per_delta / new.us_per_delta:.1f}x"
+                       for new, base in pairs if new.us_per_delta)
+    return f"\n\nCPU per delta, uncoalesced / coalesced: {ratios}."
 
 
 def main() -> None:
@@ -211,6 +255,8 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60.0)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--words", type=int, default=1500)
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="uncoalesced/coalesced streaming pairs to run back to back")
     parser.add_argument("--no-readme", action="store_true")
     parser.add_argument("--profile", action="store_true",
                         help="run the daemon under cProfile and print its loop's hot spots "
@@ -219,7 +265,7 @@ def main() -> None:
     note = machine_note()
     provider = TimedProvider().start()
     results = run(ensure_opencode(), provider, args.idle, args.sessions, args.words,
-                  args.profile)
+                  args.profile, args.pairs)
     text = table(results, args, note)
     print(text)
     if not (args.no_readme or args.profile):

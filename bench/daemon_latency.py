@@ -1,14 +1,15 @@
 """Fault-to-decision latency of the resident daemon on the real OpenCode 1.18.33 (issue 5).
 
     .venv/bin/python bench/daemon_latency.py [--faults 24] [--kinds blank,http400_disconnect]
-        [--modes bridge,db]
+        [--modes bridge,bridge-uncoalesced,db]
 
 For each fault: a new session, one prompt whose marker makes the fake provider answer with a
 fault OpenCode neither retries nor needs time to classify (``blank``: finish stop, 0 output;
 or ``http400_disconnect``). Latency = the store's ``decisions.at`` for that session minus the
 moment the provider finished sending the faulty response.
 - ``bridge``: OpenCode with the bridge plugin; the daemon hears ``session.idle`` / the error
-  through the socket (goal p95 <= 300 ms).
+  through the socket (goal p95 <= 300 ms); ``bridge-uncoalesced`` the same with the bridge's
+  delta coalescing off (every delta its own line), the baseline for issue 12.
 - ``db``: OpenCode without the plugin; the daemon sees the session only through the DB tail
   (the -wal watch plus the tick's re-read of unfinished steps) and records
   ``skip: no live owner`` (goal p95 <= 1.5 s).
@@ -39,7 +40,9 @@ from daemon_harness import (
     write_section,
 )
 
-GOALS_MS = {"bridge": 300.0, "db": 1500.0}
+GOALS_MS = {"bridge": 300.0, "bridge-uncoalesced": 300.0, "db": 1500.0}
+#: ``bridge-uncoalesced``: the bridge with its delta coalescing off (issue 12's baseline).
+COALESCE_ENV = {"bridge-uncoalesced": {"AUTORETRY_BRIDGE_COALESCE_MS": "0"}}
 WHY = (
     "With the bridge the decision follows OpenCode's `session.idle` / `session.error` over the "
     "socket: tens of ms. Without it, OpenCode inserts the assistant row when the step starts "
@@ -51,6 +54,8 @@ WHY = (
     "fallback poll plays no part while the watch runs (the script checks it is `watched`)."
 )
 TURN_S = 30.0
+LABELS = {"bridge": "bridge", "bridge-uncoalesced": "bridge, uncoalesced",
+          "db": "DB only (no plugin)"}
 
 
 def run_mode(mode: str, binary: Path, provider: TimedProvider, faults: int, fault: str
@@ -59,11 +64,13 @@ def run_mode(mode: str, binary: Path, provider: TimedProvider, faults: int, faul
     daemon: DefaultDaemon | None = None
     server: OpenCodeServer | None = None
     try:
-        make_home = bridge_home if mode == "bridge" else plain_home
+        with_bridge = mode.startswith("bridge")
+        make_home = bridge_home if with_bridge else plain_home
         home = make_home(root / "oc", provider.url)
         warm_up(binary, home)
         socket = root / "d.sock"
-        server = OpenCodeServer.start(binary, home, {"AUTORETRY_SOCKET": str(socket)})
+        env = {"AUTORETRY_SOCKET": str(socket), **COALESCE_ENV.get(mode, {})}
+        server = OpenCodeServer.start(binary, home, env)
         server.ok("GET", "/path")  # boots the instance (and the bridge, if installed)
         warm = server.create_session()["id"]  # creates the DB, so the daemon watches it
         server.prompt_async(warm, "hello")
@@ -71,7 +78,7 @@ def run_mode(mode: str, binary: Path, provider: TimedProvider, faults: int, faul
         daemon = DefaultDaemon(root / "home", socket, home.data_dir / "opencode.db").start()
         started = daemon.wait_log("autoretry daemon", 1)
         assert "(watched)" in started, f"the -wal watch is not running: {started}"
-        if mode == "bridge":
+        if with_bridge:
             daemon.wait_log("connected: pid", TURN_S)
         return measure(server, daemon, provider, mode, faults, fault)
     finally:
@@ -88,7 +95,7 @@ def measure(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvid
     reasons: list[str] = []
     jitter = random.Random(5)
     for index in range(faults):
-        tag = f"{mode}{fault.replace('_', '')}{index}"
+        tag = f"{mode.replace('-', '')}{fault.replace('_', '')}{index}"
         session = server.create_session()["id"]
         server.prompt_async(session, f"Answer this [[s:bench_fault:{fault}.{tag}]]")
         sent_at = provider.wait_sent(tag, TURN_S)
@@ -113,7 +120,7 @@ def table(results: dict[tuple[str, str], tuple[list[float], list[str]]], note: s
         goal = GOALS_MS[mode]
         common = max(set(reasons), key=reasons.count)
         lines.append(
-            f"| {'bridge' if mode == 'bridge' else 'DB only (no plugin)'} | `{fault}` | {s['n']} "
+            f"| {LABELS[mode]} | `{fault}` | {s['n']} "
             f"| {s['p50']:.0f} ms | {s['p95']:.0f} ms | {s['min']:.0f} ms | {s['max']:.0f} ms "
             f"| {goal:.0f} ms | {'yes' if s['p95'] <= goal else '**no**'} | {common} |"
         )

@@ -17,7 +17,8 @@ import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./auto
 import {
   BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
   processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath, trimEvent,
-  WRITE_BATCH, backoffDelay, chatMessageFields, isExecRun, markContinuation, pendingExecMarker,
+  WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer, isExecRun,
+  markContinuation, pendingExecMarker,
 } from "./autoretry/wire.js"
 
 // Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
@@ -83,6 +84,8 @@ export class Bridge {
     this.timer = null
     this.trims = new TrimBook(options.trimLimit)
     this.penalties = {}
+    this.deltas = new DeltaCoalescer((event, t) => this.send("event", { t, event }, "delta"),
+      coalesceWindow(options))
     this.statsTimer = setInterval(() => this.sendStats(), statsInterval(options))
     this.statsTimer.unref?.()
   }
@@ -144,6 +147,7 @@ export class Bridge {
     this.connected = false
     this.ready = false
     this.queue.clear()
+    this.deltas.drop()
     for (const [, waiter] of this.pending) waiter(null)
     this.pending.clear()
     this.scheduleReconnect()
@@ -163,6 +167,7 @@ export class Bridge {
   // Nothing is queued while disconnected: the daemon rebuilds its view from OpenCode's DB.
   send(type, fields, kind = "control") {
     if (!this.connected) return false
+    if (kind !== "delta") this.deltas.flush() // a held delta goes first: order is kept
     const line = encodeMessage(type, fields)
     if (line.length * 3 >= MAX_LINE_BYTES && Buffer.byteLength(line, "utf8") >= MAX_LINE_BYTES) {
       this.queue.dropped += 1
@@ -301,8 +306,13 @@ export class Bridge {
 
   forwardEvent(event) {
     if (!event || !FORWARDED_EVENTS.has(event.type)) return
-    const kind = event.type === "message.part.delta" ? "delta" : "event"
-    this.send("event", { t: Date.now(), event: trimEvent(event) }, kind)
+    const t = Date.now()
+    if (event.type === "message.part.delta") {
+      if (this.connected && this.deltas.add(event, t)) return
+      this.send("event", { t, event }, "delta")
+      return
+    }
+    this.send("event", { t, event: trimEvent(event) }, "event")
   }
 
   // Asks the daemon about "/autoretry ..."; resolves to the reply, or null (down / timeout).

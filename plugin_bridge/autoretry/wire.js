@@ -239,3 +239,63 @@ export function markContinuation(hookInput, output, pending) {
   pending.used = true
   return true
 }
+
+// Text deltas arrive one token at a time (tens per second per stream); every line costs the
+// daemon a JSON decode, a dataclass and a queue hop, whatever its length. So the deltas of one
+// part are held for at most `windowMs` and sent as one delta with the texts joined: the daemon
+// sees the same characters in the same order, a few ms later. Anything else that is sent
+// flushes the held delta first, so the order of lines never changes.
+export const COALESCE_MS = 50
+export const COALESCE_MAX_CHARS = 1024
+
+export function coalesceWindow(options = {}, env = process.env) {
+  const raw = Number(options.coalesceMs ?? env.AUTORETRY_BRIDGE_COALESCE_MS ?? COALESCE_MS)
+  return Number.isFinite(raw) && raw >= 0 ? Math.min(raw, 1000) : COALESCE_MS
+}
+
+function deltaKey(props) {
+  return `${props?.sessionID}\u0000${props?.messageID}\u0000${props?.partID}\u0000${props?.field}`
+}
+
+export class DeltaCoalescer {
+  constructor(emit, windowMs = COALESCE_MS, maxChars = COALESCE_MAX_CHARS, timers = globalThis) {
+    this.emit = emit // (event, t) => void
+    this.windowMs = windowMs
+    this.maxChars = maxChars
+    this.timers = timers
+    this.held = null // { key, event, t, timer }
+    this.joined = 0 // deltas folded into an earlier one (stats)
+  }
+
+  // True when the delta is held (it goes out with the next flush); false: send it yourself.
+  add(event, t) {
+    const delta = event?.properties?.delta
+    if (this.windowMs <= 0 || typeof delta !== "string") return false
+    const key = deltaKey(event.properties)
+    const held = this.held
+    if (held && held.key === key && held.event.properties.delta.length + delta.length <= this.maxChars) {
+      held.event.properties.delta += delta
+      this.joined += 1
+      return true
+    }
+    this.flush()
+    const timer = this.timers.setTimeout(() => this.flush(), this.windowMs)
+    timer?.unref?.()
+    this.held = { key, t, timer, event: { ...event, properties: { ...event.properties } } }
+    return true
+  }
+
+  flush() {
+    const held = this.held
+    if (!held) return
+    this.held = null
+    this.timers.clearTimeout(held.timer)
+    this.emit(held.event, held.t)
+  }
+
+  // The connection is gone: nothing is queued while disconnected, held deltas neither.
+  drop() {
+    if (this.held) this.timers.clearTimeout(this.held.timer)
+    this.held = null
+  }
+}

@@ -279,3 +279,21 @@ test("a child session may be aborted (a hung subagent) but is never prompted", a
     await daemon.close()
   }
 })
+
+test("deltas of a part reach the daemon joined, and before any later line", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const bridge = new Bridge(input(fakeClient()), { socketPath: daemon.path, coalesceMs: 1000 }).start()
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    const part = (delta) => ({ type: "message.part.delta", properties: { sessionID: "s", messageID: "m", partID: "p", field: "text", delta } })
+    for (const word of ["one ", "two ", "three"]) bridge.forwardEvent(part(word))
+    bridge.forwardEvent({ type: "session.idle", properties: { sessionID: "s" } })
+    await daemon.waitFor((l) => l.type === "event" && l.event.type === "session.idle", "idle")
+    const events = daemon.lines.filter((l) => l.type === "event").map((l) => [l.event.type, l.event.properties.delta])
+    assert.deepEqual(events, [["message.part.delta", "one two three"], ["session.idle", undefined]])
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})

@@ -1,0 +1,88 @@
+// The bridge's delta coalescer: same characters, same order, fewer lines.
+import assert from "node:assert/strict"
+import { test } from "node:test"
+
+import { COALESCE_MS, coalesceWindow, DeltaCoalescer } from "../../plugin_bridge/autoretry.js"
+
+class FakeTimers {
+  constructor() {
+    this.due = new Map()
+    this.next = 1
+  }
+  setTimeout(fn) {
+    const id = this.next++
+    this.due.set(id, fn)
+    return id
+  }
+  clearTimeout(id) {
+    this.due.delete(id)
+  }
+  fire() {
+    const pending = [...this.due.values()]
+    this.due.clear()
+    for (const fn of pending) fn()
+  }
+}
+
+function delta(text, part = "p1", field = "text") {
+  return { type: "message.part.delta", properties: { sessionID: "s", messageID: "m", partID: part, field, delta: text } }
+}
+
+function coalescer(windowMs = 50, maxChars = 1024) {
+  const out = []
+  const timers = new FakeTimers()
+  const c = new DeltaCoalescer((event, t) => out.push([event.properties.partID, event.properties.field, event.properties.delta, t]), windowMs, maxChars, timers)
+  return { c, out, timers }
+}
+
+test("deltas of one part within the window go out as one, at the first delta's time", () => {
+  const { c, out, timers } = coalescer()
+  assert.equal(c.add(delta("Hel"), 10), true)
+  assert.equal(c.add(delta("lo "), 20), true)
+  assert.equal(c.add(delta("world"), 30), true)
+  assert.deepEqual(out, [])
+  timers.fire()
+  assert.deepEqual(out, [["p1", "text", "Hello world", 10]])
+  assert.equal(c.joined, 2)
+})
+
+test("another part, another field or a full buffer flushes first: the order never changes", () => {
+  const { c, out, timers } = coalescer(50, 6)
+  c.add(delta("ab"), 1)
+  c.add(delta("cd", "p2"), 2)
+  c.add(delta("ef", "p2", "reasoning"), 3)
+  c.add(delta("gh", "p2", "reasoning"), 4)
+  c.add(delta("ijklm", "p2", "reasoning"), 5) // 4 + 5 > 6 chars: a new line
+  timers.fire()
+  assert.deepEqual(out, [
+    ["p1", "text", "ab", 1], ["p2", "text", "cd", 2], ["p2", "reasoning", "efgh", 3],
+    ["p2", "reasoning", "ijklm", 5],
+  ])
+})
+
+test("flush sends the held delta at once; drop forgets it; the caller's event is not mutated", () => {
+  const { c, out, timers } = coalescer()
+  const first = delta("x")
+  c.add(first, 1)
+  c.add(delta("y"), 2)
+  c.flush()
+  assert.deepEqual(out, [["p1", "text", "xy", 1]])
+  assert.equal(first.properties.delta, "x")
+  c.add(delta("z"), 3)
+  c.drop()
+  timers.fire()
+  assert.equal(out.length, 1)
+})
+
+test("a zero window or a delta without text is not held", () => {
+  assert.equal(coalescer(0).c.add(delta("a"), 1), false)
+  assert.equal(coalescer().c.add({ type: "message.part.delta", properties: {} }, 1), false)
+})
+
+test("the window comes from the options, then AUTORETRY_BRIDGE_COALESCE_MS, else the default", () => {
+  assert.equal(coalesceWindow({}, {}), COALESCE_MS)
+  assert.equal(coalesceWindow({}, { AUTORETRY_BRIDGE_COALESCE_MS: "0" }), 0)
+  assert.equal(coalesceWindow({ coalesceMs: 20 }, { AUTORETRY_BRIDGE_COALESCE_MS: "0" }), 20)
+  assert.equal(coalesceWindow({}, { AUTORETRY_BRIDGE_COALESCE_MS: "junk" }), COALESCE_MS)
+  assert.equal(coalesceWindow({}, { AUTORETRY_BRIDGE_COALESCE_MS: "99999" }), 1000)
+})
