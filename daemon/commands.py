@@ -24,7 +24,7 @@ from opencode_autoretry.cli_args import utf8_text
 from opencode_autoretry.clock import SystemClock
 from opencode_autoretry.daemon.bridges import BridgeServer, SocketBusyError
 from opencode_autoretry.daemon.control import render_status, status_report
-from opencode_autoretry.daemon.hardening import NotPrivateError, private_state
+from opencode_autoretry.daemon.hardening import NotPrivateError, RedactingFilter, private_state
 from opencode_autoretry.daemon.inbox import Shutdown
 from opencode_autoretry.daemon.loop import Loop
 from opencode_autoretry.daemon.scheduler import RetryScheduler
@@ -51,6 +51,7 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
     root = logging.getLogger()
     for handler in handlers:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(RedactingFilter())
         root.addHandler(handler)
     root.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
