@@ -37,6 +37,8 @@ LOOP_DB_TIMEOUT_S = 1.0
 def setup_logging(settings: Settings, foreground: bool) -> None:
     import logging.handlers
 
+    from opencode_autoretry.daemon.hardening import RedactingFilter
+
     settings.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
         settings.log_dir / "daemon.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8")]
@@ -45,6 +47,7 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
     root = logging.getLogger()
     for handler in handlers:
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(RedactingFilter())
         root.addHandler(handler)
     root.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)

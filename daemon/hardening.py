@@ -12,7 +12,9 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import socket
 import stat
 import struct
@@ -91,3 +93,34 @@ def private_state(store: Path, log_dir: Path) -> None:
     sqlite_files = [Path(f"{store}{suffix}") for suffix in ("", "-wal", "-shm")]
     logs = sorted(log_dir.glob("daemon.log*")) if log_dir.is_dir() else []
     tighten([store.parent, log_dir], [*sqlite_files, *logs])
+
+
+#: Credential shapes masked in every log line (a provider's error message may echo a key).
+_CREDENTIALS = re.compile(
+    r"(?P<key>\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,})"
+    r"|(?P<bearer>\bBearer\s+)[A-Za-z0-9._~+/\-]{8,}=*"
+    r"|(?P<named>\b(?:api[_-]?key|access[_-]?token|secret|password|authorization)"
+    r"[\"']?\s*[:=]\s*[\"']?)(?:Bearer\s+)?[^\s\"',;]{6,}"
+    r"|(?P<aws>\bAKIA[0-9A-Z]{16}\b)",
+    re.IGNORECASE,
+)
+
+
+def _mask(match: re.Match[str]) -> str:
+    prefix = match.group("bearer") or match.group("named") or ""
+    return f"{prefix}[redacted]"
+
+
+def redact(text: str) -> str:
+    return _CREDENTIALS.sub(_mask, text)
+
+
+class RedactingFilter(logging.Filter):
+    """On every handler of the daemon: a credential never reaches a log file or stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True

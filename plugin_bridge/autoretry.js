@@ -16,9 +16,9 @@ import net from "node:net"
 import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./autoretry/history.js"
 import {
   BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
-  processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath, trimEvent,
-  WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer, isExecRun,
-  markContinuation, pendingExecMarker,
+  LineBuffer, processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath,
+  trimEvent, WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer,
+  isExecRun, markContinuation, pendingExecMarker,
 } from "./autoretry/wire.js"
 
 // Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
@@ -75,7 +75,7 @@ export class Bridge {
     this.reconnects = 0
     this.sent = 0
     this.unknown = 0
-    this.buffer = ""
+    this.buffer = new LineBuffer(MAX_LINE_BYTES)
     this.pending = new Map()
     this.nextCommand = 1
     this.closed = false
@@ -119,7 +119,7 @@ export class Bridge {
       this.reconnects = this.connections - 1
       this.attempt = 0
       this.connected = true
-      this.buffer = ""
+      this.buffer = new LineBuffer(MAX_LINE_BYTES)
       const hello = { pid: process.pid, directory: this.directory, project: this.project,
         opencode: await this.opencodeVersion(), bridge: BRIDGE_VERSION, server_url: this.serverUrl(),
         exec: isExecRun() }
@@ -215,18 +215,9 @@ export class Bridge {
   }
 
   onData(chunk) {
-    this.buffer += chunk
-    if (this.buffer.length > MAX_LINE_BYTES && !this.buffer.includes("\n")) {
-      this.buffer = ""
-      this.unknown += 1
-      return
-    }
-    let index
-    while ((index = this.buffer.indexOf("\n")) >= 0) {
-      const line = this.buffer.slice(0, index)
-      this.buffer = this.buffer.slice(index + 1)
-      if (line.trim()) this.handleLine(line)
-    }
+    const { lines, oversize } = this.buffer.feed(chunk)
+    this.unknown += oversize
+    for (const line of lines) this.handleLine(line)
   }
 
   handleLine(line) {

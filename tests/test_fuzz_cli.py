@@ -4,8 +4,10 @@ CliRunner, in an isolated HOME with a real OpenCode DB and store: the only outco
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,9 +65,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def invoke(home: Path, argv: list[str]) -> int:
     tried("cli")
-    runner = CliRunner()
-    with runner.isolated_filesystem(temp_dir=home):
-        result = runner.invoke(main, argv, catch_exceptions=True)
+    # A fresh working dir: relative paths in the arguments land there, never in the checkout.
+    with tempfile.TemporaryDirectory(dir=home) as cwd, contextlib.chdir(cwd):
+        result = CliRunner().invoke(main, argv, catch_exceptions=True)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise AssertionError(f"autoretry {argv!r} crashed") from result.exception
     assert result.exit_code in (0, 1, 2), (argv, result.exit_code, result.output[-500:])

@@ -285,3 +285,48 @@ def test_status_and_the_heartbeat_carry_the_dropped_line_counts(tmp_path: Path) 
     assert report["bridges"][0]["dropped"] == 3 and report["bridges"][0]["unknown"] == 1
     text = render_status(report)
     assert "lines dropped: garbage 1" in text and "dropped 3 events, 1 bad lines" in text
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("Incorrect API key provided: sk-proj-AbCdEf1234567890", "Incorrect API key provided: "),
+    ("header Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "Authorization: [redacted]"),
+    ("sent Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig", "sent Bearer [redacted]"),
+    ('{"api_key": "abcdef123456"}', '"api_key": "[redacted]'),
+    ("aws AKIAIOSFODNN7EXAMPLE here", "aws [redacted] here"),
+    ("password=hunter22 ok", "password=[redacted] ok"),
+])
+def test_credential_shapes_are_redacted(text: str, kept: str) -> None:
+    cleaned = hardening.redact(text)
+    assert kept in cleaned and "[redacted]" in cleaned
+    for secret in ("1234567890", "payload.sig", "abcdef123456", "IOSFODNN7", "hunter22"):
+        assert secret not in cleaned
+
+
+def test_ids_and_ordinary_lines_are_left_alone() -> None:
+    line = ("decision 3 ses_dd3a39d72ffewL0jVgOlcOtfG2: inject_at: disconnect (Connection reset "
+            "by server; ECONNRESET) msg_dd3a39d72ffe1 task-list")
+    assert hardening.redact(line) == line
+
+
+def test_the_daemon_log_redacts_a_key_in_a_provider_error(tmp_path: Path, umask_restored) -> None:
+    from dataclasses import replace
+
+    from opencode_autoretry.settings import Settings
+
+    settings = replace(Settings(), store=tmp_path / "s" / "a.db", log_dir=tmp_path / "s" / "log")
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        setup_logging(settings, foreground=True)
+        # The shape of a decision line whose reason quotes a provider's error message.
+        logging.getLogger("opencode_autoretry.daemon.actions").info(
+            "decision %s %s: %s", 1, "ses_1", f"inject_at: server_error (bad key {SECRET})")
+        for handler in root.handlers[len(before):]:
+            handler.flush()
+        logged = (settings.log_dir / "daemon.log").read_text()
+    finally:
+        for handler in root.handlers[len(before):]:
+            handler.close()
+            root.removeHandler(handler)
+    assert "server_error (bad key [redacted])" in logged
+    assert SECRET not in logged

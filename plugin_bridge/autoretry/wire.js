@@ -153,6 +153,35 @@ export function promptBody(req) {
 
 // Bounded FIFO of encoded lines (by size, in UTF-16 units ~ bytes): when full, drop the
 // oldest delta, then the oldest event; control lines (hello, acks, commands) go last.
+// Cuts the daemon's stream into lines (mirrors the daemon's LineSplitter). A line longer than
+// `max` chars is dropped whole and counted once: its tail up to the newline is skipped, not
+// parsed as a line of its own (found by fuzzing: one oversized line counted twice).
+export class LineBuffer {
+  constructor(max) {
+    this.max = max
+    this.buffer = ""
+    this.skipping = false
+  }
+
+  feed(chunk) {
+    const parts = (this.buffer + chunk).split("\n")
+    this.buffer = parts.pop()
+    const lines = []
+    let oversize = 0
+    for (const line of parts) {
+      if (this.skipping) this.skipping = false
+      else if (line.length > this.max) oversize += 1
+      else if (line.trim()) lines.push(line)
+    }
+    if (this.buffer.length > this.max) {
+      if (!this.skipping) oversize += 1
+      this.skipping = true
+      this.buffer = ""
+    }
+    return { lines, oversize }
+  }
+}
+
 export class SendQueue {
   constructor(limit = QUEUE_LIMIT) {
     this.limit = limit

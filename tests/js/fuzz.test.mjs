@@ -188,3 +188,38 @@ test("regression: a daemon message typed like an Object.prototype key is not a r
   assert.deepEqual(acks.map((a) => [a.id, a.ok]), [["constructor", false], ["toString", false], ["__proto__", false], ["hasOwnProperty", false]])
   bridge.close()
 })
+
+test("regression: one oversized daemon line is dropped whole and counted once", () => {
+  const bridge = new Bridge({ client: fakeClient(rng(2)), directory: "/p" }, { statsMs: 1e9 })
+  const handled = []
+  bridge.handleLine = (line) => handled.push(line)
+  const big = JSON.stringify({ v: 1, type: "log", level: "info", message: "x".repeat(1024 * 1024 + 300000) })
+  for (let i = 0; i < big.length; i += 65536) bridge.onData(big.slice(i, i + 65536))
+  bridge.onData("\n{\"v\":1,\"type\":\"welcome\",\"daemon\":\"x\"}\n")
+  assert.equal(bridge.unknown, 1)
+  assert.deepEqual(handled, ["{\"v\":1,\"type\":\"welcome\",\"daemon\":\"x\"}"])
+  bridge.close()
+})
+
+test("LineBuffer against a model: random lines, random cuts", async () => {
+  const { LineBuffer } = await import("../../plugin_bridge/autoretry.js")
+  const r = rng(9)
+  for (let round = 0; round < 300; round++) {
+    const max = 16
+    const lines = Array.from({ length: int(r, 8) }, () => "ab \u00e9{".repeat(int(r, 8)).slice(0, int(r, 40)))
+    const stream = lines.map((l) => l + "\n").join("")
+    const buffer = new LineBuffer(max)
+    const got = []
+    let oversize = 0
+    for (let at = 0; at < stream.length;) {
+      const size = 1 + int(r, 30)
+      const out = buffer.feed(stream.slice(at, at + size))
+      got.push(...out.lines)
+      oversize += out.oversize
+      at += size
+    }
+    tried("LineBuffer.lines", lines.length)
+    assert.deepEqual(got, lines.filter((l) => l.length <= max && l.trim()))
+    assert.equal(oversize, lines.filter((l) => l.length > max).length)
+  }
+})
