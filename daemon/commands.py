@@ -30,7 +30,7 @@ from opencode_autoretry.daemon.sources import DbTailer
 from opencode_autoretry.daemon.watch import WalWatcher
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.policy import PolicyError, load_policy
-from opencode_autoretry.settings import Settings
+from opencode_autoretry.settings import Settings, SettingsError
 from opencode_autoretry.store import Store, StoreError, StoreView
 
 if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
@@ -101,7 +101,7 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     setup_logging(settings, foreground)
     try:
         sys.exit(serve(settings))
-    except (SocketBusyError, StoreError, PolicyError) as exc:
+    except (SocketBusyError, StoreError, PolicyError, SettingsError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 
