@@ -123,6 +123,7 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     from opencode_autoretry.fallback import FallbackError
     from opencode_autoretry.notify_config import NotifyConfigError
     from opencode_autoretry.policy import PolicyError
+    from opencode_autoretry.settings import SettingsError
     from opencode_autoretry.store import StoreError
 
     settings = app.settings(**({"verbose": True} if verbose else {}))
@@ -131,7 +132,7 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     try:
         sys.exit(serve(settings))
     except (SocketBusyError, StoreError, PolicyError, NotPrivateError, NotifyConfigError,
-            FallbackError) as exc:
+            FallbackError, SettingsError) as exc:
         raise click.ClickException(str(exc)) from exc
 
 

@@ -171,3 +171,17 @@ def test_config_defaults_and_validation():
     ]:
         with pytest.raises(SettingsError, match=needle.replace("(", r"\(").replace(")", r"\)")):
             load_todo_config(raw)
+
+
+def test_run_refuses_a_bad_todos_table_naming_the_key(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from opencode_autoretry.cli import main
+
+    config = tmp_path / "config.toml"
+    config.write_text("[todos]\ncountdown = \"soon\"\n")
+    env = {"AUTORETRY_CONFIG": str(config), "AUTORETRY_HOME": str(tmp_path / "home"),
+           "AUTORETRY_SOCKET": str(tmp_path / "d.sock"), "OPENCODE_DB": str(tmp_path / "x.db")}
+    result = CliRunner().invoke(main, ["run"], env=env)
+    assert result.exit_code != 0
+    assert "todos.countdown must be a number of seconds" in result.output
