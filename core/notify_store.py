@@ -75,7 +75,8 @@ def notifications(
     reader: _Reader, session_id: str | None = None, since: datetime | None = None
 ) -> list[NotificationRecord]:
     try:
-        return reader._filtered("notifications", "at", session_id, since, _from_row)
+        return reader._filtered("notifications", "at", session_id, since,
+                                lambda row: _from_row(dict(row)))
     except sqlite3.OperationalError:  # a store from before migration 4 (views never migrate)
         return []
 

@@ -20,8 +20,9 @@ from opencode_autoretry.store import StoreView
 
 if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
     from opencode_autoretry.daemon.actions import Actions
+    from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.sessions import Sessions
-    from opencode_autoretry.plugin_bridge.protocol import Hello
+    from opencode_autoretry.plugin_bridge.protocol import Hello, Stats
     from opencode_autoretry.store import Store
 
 
@@ -39,6 +40,12 @@ class Loop(Protocol):
     def sessions(self) -> Sessions: ...
     @property
     def started(self) -> datetime: ...
+    @property
+    def bridge_stats(self) -> dict[str, Stats]: ...
+    @property
+    def parts(self) -> PartHealth: ...
+    @property
+    def _bridge(self) -> object: ...  # the BridgeServer (its line counters), or a test fake
 
 USAGE = "usage: /autoretry [on|off|status] [here]"
 STALE_HEARTBEAT = timedelta(seconds=30)

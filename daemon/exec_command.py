@@ -16,7 +16,7 @@ from opencode_autoretry.policy import PolicyError, load_policy
 from opencode_autoretry.store import Store, StoreError
 
 if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
-    from opencode_autoretry.cli import AppContext
+    from opencode_autoretry.app_context import AppContext
 
 EXIT_USAGE = 2
 

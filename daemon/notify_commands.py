@@ -16,7 +16,7 @@ from opencode_autoretry.notification import Notification, NotifyEvent
 from opencode_autoretry.notify_config import NotifyConfigError, load_notify
 
 if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
-    from opencode_autoretry.cli import AppContext
+    from opencode_autoretry.app_context import AppContext
 
 
 @click.group("notify")

@@ -42,7 +42,7 @@ from opencode_autoretry.settings import Settings
 from opencode_autoretry.store import Heartbeat, StoreError, StoreView
 
 if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
-    from opencode_autoretry.cli import AppContext
+    from opencode_autoretry.app_context import AppContext
 
 REPORT_VERSION = 1
 _MARK = {Status.OK: "ok  ", Status.WARN: "warn", Status.FAIL: "FAIL"}
