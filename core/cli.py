@@ -45,7 +45,7 @@ def _attach_commands() -> None:
     from opencode_autoretry.daemon.exec_command import COMMANDS as EXEC
     from opencode_autoretry.daemon.notify_commands import COMMANDS as NOTIFY
     from opencode_autoretry.diagnostics.commands import COMMANDS as REPORTS
-    from opencode_autoretry.diagnostics.doctor import COMMANDS as DOCTOR
+    from opencode_autoretry.diagnostics.doctor_command import COMMANDS as DOCTOR
     from opencode_autoretry.plugin_bridge.commands import COMMANDS as BRIDGE
 
     for command in [*REPORTS, *DAEMON, *EXEC, *BRIDGE, *DOCTOR, *NOTIFY]:

@@ -8,13 +8,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from opencode_autoretry.clock import SystemClock
-from opencode_autoretry.daemon.headless import Runner, install_signals, say
-from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.opencode.run_args import RunArgsError, parse_run
-from opencode_autoretry.policy import PolicyError, load_policy
-from opencode_autoretry.store import Store, StoreError
-
 if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
     from opencode_autoretry.app_context import AppContext
 
@@ -51,6 +44,14 @@ Exit status:
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
 def exec_command(app: AppContext, verbose: bool, command: tuple[str, ...]) -> None:
+    # Imported when it runs: `autoretry --help` must not load the store or the classifier.
+    from opencode_autoretry.clock import SystemClock
+    from opencode_autoretry.daemon.headless import Runner, install_signals, say
+    from opencode_autoretry.opencode.db import OpenCodeDB
+    from opencode_autoretry.opencode.run_args import RunArgsError, parse_run
+    from opencode_autoretry.policy import PolicyError, load_policy
+    from opencode_autoretry.store import Store, StoreError
+
     try:
         run = parse_run(command)
     except RunArgsError as exc:

@@ -11,10 +11,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from opencode_autoretry.daemon.notifier import send_test
-from opencode_autoretry.notification import Notification, NotifyEvent
-from opencode_autoretry.notify_config import NotifyConfigError, load_notify
-
 if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
     from opencode_autoretry.app_context import AppContext
 
@@ -28,6 +24,10 @@ def notify() -> None:
 @click.pass_obj
 def test_command(app: AppContext) -> None:
     """Send one test event to every configured channel and print each result."""
+    from opencode_autoretry.daemon.notifier import send_test
+    from opencode_autoretry.notification import Notification, NotifyEvent
+    from opencode_autoretry.notify_config import NotifyConfigError, load_notify
+
     try:
         config = load_notify(app.settings().notify)
     except NotifyConfigError as exc:

@@ -11,7 +11,6 @@ Exit 0 when no check failed (warnings allowed), 1 when one did. ``--json`` shape
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
@@ -138,28 +137,3 @@ def render_doctor(checks: Sequence[Check]) -> str:
 def quick_summary(app: AppContext) -> str:
     """Doctor's summary line without running ``opencode --version`` (for ``diagnose``)."""
     return summary_line(run_checks(subject_for(app, None, None), Machine(run_binary=False)))
-
-
-@click.command("doctor")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--opencode", "opencode_bin", metavar="PATH",
-              help="The OpenCode binary to check (default: `opencode` on PATH).")
-@click.option("--opencode-config", "config_dir",
-              type=click.Path(file_okay=False, path_type=Path),
-              help="OpenCode's config dir (default: $XDG_CONFIG_HOME/opencode).")
-@click.pass_obj
-def doctor_command(
-    app: AppContext, as_json: bool, opencode_bin: str | None, config_dir: Path | None
-) -> None:
-    """Check the set-up: OpenCode and its DB, the bridge, the daemon, the service, the socket,
-    the state files and the config. Prints a fix for every problem; exits 1 if one failed."""
-    checks = run_checks(subject_for(app, opencode_bin, config_dir), Machine())
-    if as_json:
-        click.echo(json.dumps(doctor_json(checks), indent=2))
-    else:
-        click.echo(render_doctor(checks))
-    if any(check.status is Status.FAIL for check in checks):
-        raise SystemExit(1)
-
-
-COMMANDS: list[click.Command] = [doctor_command]
