@@ -63,15 +63,18 @@ class NotPrivateError(RuntimeError):
 
 
 def owned_private_dir(path: Path) -> None:
-    """Create ``path`` 0700 (or tighten it) and refuse a directory of another user."""
+    """Create ``path`` 0700 (or tighten it); refuse a directory of another user or a shared
+    one (sticky or world-writable, like /tmp: tightening it would lock everyone else out)."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     info = path.stat()
+    fix = "put the socket in a directory of its own (AUTORETRY_SOCKET / AUTORETRY_HOME)"
     if info.st_uid != os.geteuid():
-        raise NotPrivateError(
-            f"{path} belongs to uid {info.st_uid}, not to you ({os.geteuid()}); "
-            "use a directory of your own (AUTORETRY_SOCKET / AUTORETRY_HOME)"
-        )
-    if stat.S_IMODE(info.st_mode) != 0o700:
+        raise NotPrivateError(f"{path} belongs to uid {info.st_uid}, not to you "
+                              f"({os.geteuid()}); {fix}")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & (stat.S_ISVTX | stat.S_IWOTH):
+        raise NotPrivateError(f"{path} is a shared directory (mode {mode:04o}); {fix}")
+    if mode != 0o700:
         os.chmod(path, 0o700)
 
 

@@ -76,13 +76,13 @@ def invoke(home: Path, argv: list[str]) -> int:
     return result.exit_code
 
 
-@settings(FUZZ, max_examples=500)
+@settings(FUZZ, max_examples=300)
 @given(st.sampled_from(COMMANDS), st.lists(TOKENS, max_size=4))
 def test_random_arguments(home: Path, command: list[str], tokens: list[str]) -> None:
     invoke(home, [*command, *tokens])
 
 
-@settings(FUZZ, max_examples=120)
+@settings(FUZZ, max_examples=60)
 @given(st.sampled_from(["--db", "--store", "--config"]), st.sampled_from(WORDS + ["x.db"]),
        st.sampled_from(COMMANDS[:7] + [["doctor"]]))
 def test_random_global_paths(home: Path, option: str, value: str, command: list[str]) -> None:

@@ -112,7 +112,7 @@ def test_random_bytes_as_config_file(tmp_path_factory, data: bytes) -> None:
     load_everything(path)
 
 
-@settings(FUZZ, max_examples=250)
+@settings(FUZZ, max_examples=150)
 @given(CONFIG)
 def test_generated_toml_over_the_real_keys(tmp_path_factory, table: dict[str, Any]) -> None:
     tried("config.toml")
@@ -126,7 +126,7 @@ ENV_TEXT = st.one_of(st.text(max_size=12).filter(lambda t: "\x00" not in t),
                                       "true", "yes", " 5 ", "0x10"]))
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=150)
 @given(st.dictionaries(st.sampled_from([f"AUTORETRY_{k.upper()}" for k in SETTINGS_KEYS]),
                        ENV_TEXT, max_size=4))
 def test_environment_variables(tmp_path_factory, environ: dict[str, str]) -> None:

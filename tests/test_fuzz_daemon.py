@@ -97,7 +97,7 @@ def messages(ids: list[str]) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=25)
 @given(st.data())
 def test_odd_but_valid_messages_never_reach_the_last_resort_handler(world, data) -> None:
     h, ids, watch = world

@@ -42,7 +42,7 @@ def _valid(message: Message) -> None:
     assert isinstance(message.tokens.output, int)
 
 
-@settings(FUZZ, max_examples=300)
+@settings(FUZZ, max_examples=200)
 @given(st.one_of(st.text(max_size=60), st.binary(max_size=60), json_values().map(dumps)))
 def test_load_json_always_gives_a_dict(raw: str | bytes) -> None:
     tried("load_json")
@@ -58,7 +58,7 @@ def test_parse_error(raw: object) -> None:
     assert error is None or isinstance(error.message, str)
 
 
-@settings(FUZZ, max_examples=150)
+@settings(FUZZ, max_examples=100)
 @given(TIMES, shaped(MESSAGE_KEYS, st.one_of(
     json_values(4), shaped(["completed", "created"], SCALARS),
     shaped(["input", "output", "reasoning", "total", "cache"], SCALARS))))
@@ -105,7 +105,7 @@ def _sqlite_safe(value: object) -> object:
     return value
 
 
-@settings(FUZZ, max_examples=100)
+@settings(FUZZ, max_examples=60)
 @given(st.lists(st.tuples(st.sampled_from(["user", "assistant", None]), ROW_VALUES,
                           st.one_of(json_values(8).map(dumps), st.text(max_size=30),
                                     st.binary(max_size=30))), min_size=1, max_size=5))

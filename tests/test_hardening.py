@@ -330,3 +330,12 @@ def test_the_daemon_log_redacts_a_key_in_a_provider_error(tmp_path: Path, umask_
             root.removeHandler(handler)
     assert "server_error (bad key [redacted])" in logged
     assert SECRET not in logged
+
+
+def test_a_shared_socket_dir_like_tmp_is_refused_not_locked(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    with pytest.raises(hardening.NotPrivateError, match="shared directory"):
+        BridgeServer(shared / "d.sock", queue.Queue()).start()
+    assert mode(shared) == 0o1777  # left as it was: chmod 0700 would lock everyone else out
