@@ -33,7 +33,7 @@ from opencode_autoretry.models import (
     Turn,
     Verdict,
 )
-from opencode_autoretry.policy import GroupBudget, Policy, fill
+from opencode_autoretry.policy import DEFAULT_BUDGETS, GroupBudget, Policy, PolicyError, fill
 from opencode_autoretry.reply_intent import read_intent
 from opencode_autoretry.settings import SettingsError
 
@@ -130,6 +130,13 @@ def _value(key: str, value: object, path: str) -> object:
 def with_todo_budget(policy: Policy, config: TodoConfig) -> Policy:
     """The policy whose ``todos`` group is ``max_continuations`` sends, each after the
     countdown (for every provider: the todo list is not a provider's business)."""
+    default = DEFAULT_BUDGETS[BudgetGroup.TODOS]
+    tables = [("budgets", policy.budgets)] + [
+        (f"providers.{pid}.budgets", groups) for pid, groups in policy.providers.items()
+    ]
+    for path, groups in tables:
+        if groups.get(BudgetGroup.TODOS, default) != default:
+            raise PolicyError(f"{path}.todos: set [todos] max_continuations and countdown instead")
     budget = GroupBudget(config.max_continuations, config.countdown, config.countdown)
     providers = {
         pid: {**groups, BudgetGroup.TODOS: budget} for pid, groups in policy.providers.items()

@@ -65,7 +65,7 @@ class TodoGuard:
         self._decide = decide
         self._send_due = send_due
         self._history: dict[str, tuple[str, list[Signature]]] = {}  # session -> (turn, lists)
-        self._judged: set[str] = set()  # assistant message ids already judged
+        self._judged: dict[str, str] = {}  # session -> the last reply judged (idles repeat)
         self._refused: dict[str, str] = {}  # session -> what the user refused in this turn
 
     @classmethod
@@ -94,13 +94,13 @@ class TodoGuard:
         last = turn.last_step
         if not self.config.enabled or view.owner is None or last is None:
             return None
-        if last.id in self._judged:
+        if self._judged.get(view.session_id) == last.id:
             return None
         db = self._db()
         todos = db.todos(view.session_id) if db is not None else []
         if not todos:
             return None  # a session without todos is none of our business
-        self._judged.add(last.id)
+        self._judged[view.session_id] = last.id
         history = self._history_of(view.session_id, turn.id)
         history.append(signature(todos))
         agent = last.agent or turn.user.agent or view.agent

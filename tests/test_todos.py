@@ -185,3 +185,11 @@ def test_run_refuses_a_bad_todos_table_naming_the_key(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["run"], env=env)
     assert result.exit_code != 0
     assert "todos.countdown must be a number of seconds" in result.output
+
+
+def test_budgets_todos_is_refused_in_favour_of_the_todos_table():
+    from opencode_autoretry.policy import PolicyError
+
+    with pytest.raises(PolicyError, match=r"budgets.todos: set \[todos\]"):
+        with_todo_budget(load_policy({"budgets": {"todos": {"max_retries": 5}}}), TodoConfig())
+    with_todo_budget(load_policy({"providers": {"x": {"budgets": {"server": {}}}}}), TodoConfig())
