@@ -16,7 +16,8 @@ Exactly once: a turn whose failure the store already has a decision for (other t
 a reason that has passed, such as "no live owner") was judged before the gap and is left alone;
 the ledger's ``handled`` set makes a judged failure unable to spend (and send) again anyway.
 The look-back is bounded: only turns whose last step ended after the gap began (less
-``LOOKBACK`` for a step OpenCode kept open with its own retries) are judged, never old history.
+``LOOKBACK`` for a step OpenCode kept open with its own retries) and at most ``MAX_AGE`` ago are
+judged, never old history.
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ MARGIN = timedelta(seconds=10)
 #: A failing step stays open while OpenCode retries it itself (~70 s for a 5xx): a step created
 #: this long before the gap can still have ended inside it.
 LOOKBACK = timedelta(seconds=120)
+#: However long the gap: a turn that ended longer ago than this is history the user has seen
+#: (a machine that was off for a night does not wake up continuing yesterday's turns).
+MAX_AGE = timedelta(minutes=15)
 #: Sessions waiting for their bridge are judged without one after this (recorded, never sent).
 OWNER_GRACE = timedelta(seconds=90)
 #: Skips whose reason can have passed by the end of a gap: the turn is judged again.
@@ -168,7 +172,9 @@ class GapReview:
         db = self._db()
         turn = db.last_turn(session_id) if db is not None else None
         step = turn.last_step if turn is not None else None
-        if step is None or not ended(step) or ended_at(step) < since - LOOKBACK:
+        if step is None or not ended(step):
+            return 0
+        if ended_at(step) < max(since - LOOKBACK, now - MAX_AGE):
             return 0
         view = self._sessions.ensure(session_id)
         if view.busy or self._judged_before(session_id, step.id, since - LOOKBACK):
