@@ -96,6 +96,7 @@ class DecisionPath(RuleBasedStateMachine):
         self.h.rows.assistant(sid, self.turn[sid], finish=None, text="", error=aborted_error())
         self.h.rows.commit()
         self.aborted.setdefault((sid, self.turn[sid]), len(self.h.prompts()))
+        del self.turn[sid]  # OpenCode does nothing more in an aborted turn until the user writes
         if self.conn in self.h.bridge.alive:
             self._ev("session.error", sid, error=aborted_error())
             self._idle(sid)
@@ -156,7 +157,8 @@ class DecisionPath(RuleBasedStateMachine):
             self._idle(sid)
 
     def _ev(self, kind: str, sid: str, **props: object) -> None:
-        self.h.event(kind, conn=self.conn, sessionID=sid, **props)
+        if self.conn in self.h.bridge.alive:  # a cut bridge delivers nothing
+            self.h.event(kind, conn=self.conn, sessionID=sid, **props)
 
     def _idle(self, sid: str) -> None:
         self._ev("session.status", sid, status={"type": "idle"})
@@ -173,6 +175,8 @@ class DecisionPath(RuleBasedStateMachine):
             return
         prompt = prompts[self.delivered]
         self.delivered += 1
+        if prompt.session_id not in self.turn:
+            return  # its turn was aborted: the prompt went with it
         mid = self.h.injected_row(prompt.session_id, prompt)
         if self.conn in self.h.bridge.alive:
             self._chat(prompt.session_id, mid, prompt.text, dict(prompt.marker or {}))
