@@ -30,6 +30,7 @@ from typing import Protocol
 
 from opencode_autoretry.daemon.sessions import Sessions, SessionView
 from opencode_autoretry.models import Action, Message, Turn
+from opencode_autoretry.plugin_bridge.protocol import Hello
 from opencode_autoretry.store import DecisionRecord, Heartbeat
 
 log = logging.getLogger(__name__)
@@ -105,12 +106,12 @@ class GapReview:
         log.info("gap: the daemon was down since %s; %d owned sessions wait for their bridge",
                  beat.at.isoformat(), len(self._waiting))
 
-    def bridge_closed(self, pid: int | None, session_ids: Iterable[str], at: datetime) -> None:
+    def bridge_closed(self, hello: Hello | None, session_ids: Iterable[str], at: datetime) -> None:
         """Its sessions' events stop here; they are judged when the process says hello again."""
-        if pid is None:
+        if hello is None:
             return
         for session_id in session_ids:
-            self._waiting.setdefault(session_id, Waiting(at - MARGIN, pid, at))
+            self._waiting.setdefault(session_id, Waiting(at - MARGIN, hello.pid, at))
 
     def lost(self, at: datetime, why: str) -> None:
         """A part failed (OpenCode's DB, the store): what ends from now on may go unjudged."""
