@@ -25,7 +25,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -63,6 +63,12 @@ class DecisionPath(RuleBasedStateMachine):
         self.conns = 1
 
     def teardown(self) -> None:
+        sent = len(self.h.prompts())
+        event(f"continuations sent: {'0' if not sent else '1-2' if sent <= 2 else '3+'}")
+        decided = {d.action for d in self.h.store.decisions()}
+        event(f"gap reviews: {'some' if self.h.loop.gap.judged else 'none'}")
+        for action in sorted(decided):
+            event(f"decided: {action}")
         self.h.store.close()
         self.h.rows.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -74,6 +80,8 @@ class DecisionPath(RuleBasedStateMachine):
         for _ in range(2):
             self.roots.append(self.h.session())
         self.child = self.h.session(parent_id=self.roots[0])
+        for index in range(3):  # every session starts with a turn open: steps come at once
+            self.user_message(index)
 
     def _all(self) -> list[str]:
         return [*self.roots, *([self.child] if self.child else [])]
