@@ -16,7 +16,8 @@ Exactly once: a turn whose failure the store already has a decision for (other t
 a reason that has passed, such as "no live owner") was judged before the gap and is left alone;
 the ledger's ``handled`` set makes a judged failure unable to spend (and send) again anyway.
 The look-back is bounded: only turns whose last step ended after the gap began (less
-``LOOKBACK`` for a step OpenCode kept open with its own retries) are judged, never old history.
+``LOOKBACK`` for a step OpenCode kept open with its own retries) and at most ``MAX_AGE`` ago are
+judged, never old history.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Protocol
 
 from opencode_autoretry.daemon.sessions import Sessions, SessionView
 from opencode_autoretry.models import Action, Message, Turn
+from opencode_autoretry.plugin_bridge.protocol import Hello
 from opencode_autoretry.store import DecisionRecord, Heartbeat
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ MARGIN = timedelta(seconds=10)
 #: A failing step stays open while OpenCode retries it itself (~70 s for a 5xx): a step created
 #: this long before the gap can still have ended inside it.
 LOOKBACK = timedelta(seconds=120)
+#: However long the gap: a turn that ended longer ago than this is history the user has seen
+#: (a machine that was off for a night does not wake up continuing yesterday's turns).
+MAX_AGE = timedelta(minutes=15)
 #: Sessions waiting for their bridge are judged without one after this (recorded, never sent).
 OWNER_GRACE = timedelta(seconds=90)
 #: Skips whose reason can have passed by the end of a gap: the turn is judged again.
@@ -101,12 +106,12 @@ class GapReview:
         log.info("gap: the daemon was down since %s; %d owned sessions wait for their bridge",
                  beat.at.isoformat(), len(self._waiting))
 
-    def bridge_closed(self, pid: int | None, session_ids: Iterable[str], at: datetime) -> None:
+    def bridge_closed(self, hello: Hello | None, session_ids: Iterable[str], at: datetime) -> None:
         """Its sessions' events stop here; they are judged when the process says hello again."""
-        if pid is None:
+        if hello is None:
             return
         for session_id in session_ids:
-            self._waiting.setdefault(session_id, Waiting(at - MARGIN, pid, at))
+            self._waiting.setdefault(session_id, Waiting(at - MARGIN, hello.pid, at))
 
     def lost(self, at: datetime, why: str) -> None:
         """A part failed (OpenCode's DB, the store): what ends from now on may go unjudged."""
@@ -168,7 +173,9 @@ class GapReview:
         db = self._db()
         turn = db.last_turn(session_id) if db is not None else None
         step = turn.last_step if turn is not None else None
-        if step is None or not ended(step) or ended_at(step) < since - LOOKBACK:
+        if step is None or not ended(step):
+            return 0
+        if ended_at(step) < max(since - LOOKBACK, now - MAX_AGE):
             return 0
         view = self._sessions.ensure(session_id)
         if view.busy or self._judged_before(session_id, step.id, since - LOOKBACK):

@@ -120,7 +120,8 @@ class Loop:
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
         self.unowned = UnownedWatch()
-        self.gap = GapReview(self.sessions, store, self.db, self._judge_after_gap)  # issue 11
+        self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
+                             lambda view, now: self.evaluate(view, now, settled=True))
         self.started = clock.now()
 
     # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
@@ -184,15 +185,13 @@ class Loop:
             self.gap.bridge_hello(item.conn_id, item.hello.pid, now)
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
-            hello = item.hello or self.bridges.pop(item.conn_id, None)
-            self.bridges.pop(item.conn_id, None)
+            known = self.bridges.pop(item.conn_id, None)
             self.bridge_stats.pop(item.conn_id, None)
             dropped = self.sessions.drop_owner(item.conn_id)
             for view in dropped:
                 log.info("session %s lost its owner (bridge %s closed)", view.session_id,
                          item.conn_id)
-            pid = hello.pid if hello is not None else None
-            self.gap.bridge_closed(pid, [v.session_id for v in dropped], now)
+            self.gap.bridge_closed(item.hello or known, [v.session_id for v in dropped], now)
         elif isinstance(item, TimerDue):
             self.recovery.send_due(now)
         elif isinstance(item, DbRows):
@@ -372,9 +371,6 @@ class Loop:
         return view is not None and view.owner is not None
 
     # -- deciding ---------------------------------------------------------------------------
-
-    def _judge_after_gap(self, view: SessionView, now: datetime) -> None:
-        self.evaluate(view, now, settled=True)
 
     def evaluate(
         self, view: SessionView, now: datetime, *, error: ErrorInfo | None = None,

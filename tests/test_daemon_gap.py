@@ -201,3 +201,15 @@ def test_turns_that_ended_while_opencodes_db_was_unreadable_are_judged(tmp_path)
     assert prompt.session_id == sid
     h.advance(OWNER_GRACE.total_seconds())
     assert len(h.prompts()) == 1
+
+
+def test_a_long_gap_does_not_wake_up_continuing_yesterdays_turns(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    kill(h)
+    h.blank_step(sid, user)  # it failed right after the kill ...
+    revive(h, seconds=8 * 3600)  # ... and the machine was off for the night
+    h.hello(pid=PID)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == [] and h.store.decisions(sid) == []
