@@ -65,6 +65,11 @@ from opencode_autoretry.diagnostics.steps import (
 )
 from opencode_autoretry.fallback import switch_of
 from opencode_autoretry.models import Kind, Message, PartType, Role
+from opencode_autoretry.notify_store import (
+    NotificationRecord,
+    notification_json,
+    notification_line,
+)
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
 
@@ -98,6 +103,7 @@ class TraceReport:
     declined: tuple[DecisionRecord, ...]
     repetition: tuple[tuple[RepetitionStop, LoopOutcome], ...] = ()
     trims: tuple[TrimRecord, ...] = ()
+    notifications: tuple[NotificationRecord, ...] = ()
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -190,7 +196,8 @@ def build_trace(
     )
     stops = tuple((s, loop_outcome(db, records, s)) for s in repetition_stops(records, session_id))
     trims = tuple(t for t in records.trims if session_id in (None, t.session_id))
-    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims)
+    notes = tuple(n for n in records.notifications if session_id in (None, n.session_id))
+    return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, notes)
 
 
 def _delivered(
@@ -259,6 +266,7 @@ def trace_json(report: TraceReport) -> str:
             for stop, outcome in report.repetition
         ],
         "trims": [trim_json(t) for t in report.trims],
+        "notifications": [notification_json(n) for n in report.notifications],
     }
     return dump_json("trace", body)
 
@@ -327,6 +335,9 @@ def render_trace(report: TraceReport, style: Style) -> str:
             f"{decision.action.upper()} {decision.kind or '-'}: {decision.reason}"
         )
     lines.extend(_repetition_lines(report, style))
+    lines += [RULE, f"Notifications: {len(report.notifications)}"]
+    lines += [f"[{style.local(n.at)}] ses={short_id(n.session_id)} {notification_line(n)}"
+              for n in report.notifications]
     return "\n".join(lines)
 
 

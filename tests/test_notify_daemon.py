@@ -205,3 +205,28 @@ def test_status_shows_deliveries(tmp_path):
     text = render_status(status_report(h.store, h.clock.now()))  # type: ignore[arg-type]
     assert "notifications (24 h): failed 1, queued 1" in text
     assert "gave_up via webhook: failed in 0 ms — answered HTTP 500" in text
+
+
+def test_trace_lists_the_deliveries(tmp_path):
+    from opencode_autoretry.diagnostics.records import load_records
+    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
+
+    h, fake = harness(tmp_path)
+    sid, _ = blank_turn(h)
+    continue_blank(h, sid)
+    continue_blank(h, sid)
+    ids, _ = fake.queued[0]
+    h.clock.advance(0.084)
+    h.loop.handle(DeliveryResult(ids["webhook"], "webhook", True, 1, None, h.clock.now(), 0.08))
+    db = OpenCodeDB.open(h.settings.opencode_db)
+    try:
+        report = build_trace(db, load_records(h.settings.store, sid), now=h.clock.now(),
+                             session_id=sid)
+    finally:
+        db.close()
+    text = render_trace(report, Style())
+    assert "Notifications: 2" in text
+    assert "gave_up via webhook: ✓ sent (1 attempt, 84 ms) — decision #" in text
+    assert "gave_up via command: … queued" in text
+    assert '"event": "gave_up"' in trace_json(report)
