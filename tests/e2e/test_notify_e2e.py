@@ -169,7 +169,8 @@ def test_a_failing_webhook_does_not_delay_another_sessions_recovery(
 ):
     sink.mode = mode
     out = tmp_path / "events.jsonl"
-    d = daemon(config=notify_config(sink, out, "timeout = 10"))
+    # A hang outlasts the whole scenario (60 s per attempt), so the sink sees one attempt only.
+    d = daemon(config=notify_config(sink, out, f"timeout = {60 if mode == 'hang' else 10}"))
     server = connect(start_opencode, d)
 
     blank_budget_runs_out(provider, server, d)
