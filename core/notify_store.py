@@ -124,3 +124,20 @@ def status_lines(report: Mapping[str, Any]) -> list[str]:
         lines.append(f"  {r['at']} {r['session_id']} {r['event']} via {r['channel']}: "
                      f"{r['state']}{took}{why}")
     return lines
+
+
+def notification_json(r: NotificationRecord) -> dict[str, Any]:
+    return {"time": r.at.isoformat(), "session_id": r.session_id, "turn_id": r.turn_id,
+            "event": r.event, "decision_id": r.decision_id, "channel": r.channel,
+            "state": r.state, "attempts": r.attempts, "error": r.error,
+            "latency_ms": r.latency_ms, "message": r.message}
+
+
+def notification_line(r: NotificationRecord) -> str:
+    """'gave_up via webhook: ✓ sent (1 attempt, 84 ms) — decision #7'."""
+    mark = {"sent": "✓", "failed": "✗", "queued": "…"}.get(r.state, "-")
+    took = f", {r.latency_ms} ms" if r.latency_ms is not None else ""
+    tries = f" ({r.attempts} attempt{'s' if r.attempts != 1 else ''}{took})" if r.attempts else ""
+    why = f": {r.error}" if r.error else ""
+    source = f" — decision #{r.decision_id}" if r.decision_id is not None else ""
+    return f"{r.event} via {r.channel}: {mark} {r.state}{tries}{why}{source}"

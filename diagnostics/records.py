@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from opencode_autoretry.models import Message
+from opencode_autoretry.notify_store import NotificationRecord, notifications
 from opencode_autoretry.store import (
     DecisionRecord,
     Heartbeat,
@@ -30,6 +31,7 @@ class DaemonRecords:
     injections: tuple[InjectionRecord, ...] = ()
     heartbeat: Heartbeat | None = None
     trims: tuple[TrimRecord, ...] = ()
+    notifications: tuple[NotificationRecord, ...] = ()  # deliveries outside OpenCode (issue 10)
 
     def decisions_for(self, session_id: str) -> tuple[DecisionRecord, ...]:
         return tuple(d for d in self.decisions if d.session_id == session_id)
@@ -74,6 +76,7 @@ def load_records(
             injections=tuple(view.injections(session_id, since)),
             heartbeat=view.heartbeat(),
             trims=tuple(view.trims(session_id, since)),
+            notifications=tuple(notifications(view, session_id, since)),
         )
     finally:
         view.close()

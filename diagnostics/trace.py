@@ -82,6 +82,11 @@ from opencode_autoretry.diagnostics.todo_view import (
 )
 from opencode_autoretry.fallback import switch_of
 from opencode_autoretry.models import Kind, Message, PartType, Role
+from opencode_autoretry.notify_store import (
+    NotificationRecord,
+    notification_json,
+    notification_line,
+)
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
 
@@ -117,6 +122,7 @@ class TraceReport:
     trims: tuple[TrimRecord, ...] = ()
     todos: tuple[TodoContinuation, ...] = ()
     subagents: tuple[SubagentAbort, ...] = ()  # issue 9: hung children that were aborted
+    notifications: tuple[NotificationRecord, ...] = ()
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -211,8 +217,9 @@ def build_trace(
     trims = tuple(t for t in records.trims if session_id in (None, t.session_id))
     todos = todo_continuations(db, records, session_id)
     aborted = tuple(subagent_aborts(db, records, session_id))
+    notes = tuple(n for n in records.notifications if session_id in (None, n.session_id))
     return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, todos,
-                       aborted)
+                       aborted, notes)
 
 
 def _delivered(
@@ -283,6 +290,7 @@ def trace_json(report: TraceReport) -> str:
         "trims": [trim_json(t) for t in report.trims],
         "todo_continuations": [todo_json(t) for t in report.todos],
         "subagent_aborts": [abort_json(a) for a in report.subagents],  # issue 9
+        "notifications": [notification_json(n) for n in report.notifications],
     }
     return dump_json("trace", body)
 
@@ -354,6 +362,9 @@ def render_trace(report: TraceReport, style: Style) -> str:
     lines += [RULE, *todo_lines(report.todos, style)]
     lines += [RULE, f"Subagent aborts: {len(report.subagents)}"]
     lines.extend(line for item in report.subagents for line in abort_lines(item, style))
+    lines += [RULE, f"Notifications: {len(report.notifications)}"]
+    lines += [f"[{style.local(n.at)}] ses={short_id(n.session_id)} {notification_line(n)}"
+              for n in report.notifications]
     return "\n".join(lines)
 
 

@@ -139,3 +139,15 @@ def test_the_notify_test_command(sink, tmp_path):
     config.write_text('[notify]\nevents = ["nope"]\n')
     result = CliRunner().invoke(main, ["--config", str(config), "notify", "test"])
     assert result.exit_code == 2 and "notify.events[0]: unknown value 'nope'" in result.output
+
+
+def test_start_up_warns_when_no_desktop_notifier_exists(caplog, monkeypatch):
+    import opencode_autoretry.daemon.notifier as notifier_module
+
+    monkeypatch.setattr(notifier_module, "desktop_program", lambda: None)
+    assert notifier_module.start_notifier(load_notify({}), lambda r: None) is None
+    with caplog.at_level("WARNING"):
+        notifier = notifier_module.start_notifier(load_notify({"desktop": True}), lambda r: None)
+    assert notifier is not None and notifier.channel_names == ("desktop",)
+    assert "neither notify-send nor osascript is installed" in caplog.text
+    notifier.stop()

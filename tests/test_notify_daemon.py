@@ -57,6 +57,21 @@ def blank_turn(h: Harness, parent: str | None = None) -> tuple[str, str]:
     return sid, user
 
 
+UNAUTHORIZED = api_error("Invalid API key (fake)", status=401, retryable=False)
+
+
+def unauthorized_turn(h: Harness, parent: str | None = None, *, off: bool = False) -> str:
+    """A turn whose step gets OpenCode's final 401 (no retry), judged by the loop."""
+    sid = h.session(parent)
+    if off:
+        h.store.set_enabled(False, h.clock.now(), sid)
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.failed_step(sid, user, UNAUTHORIZED)
+    h.error_then_idle(sid, UNAUTHORIZED)
+    return sid
+
+
 def continue_blank(h: Harness, sid: str) -> None:
     """The injected "Continue." lands in OpenCode and its reply is blank again."""
     prompt = h.prompts()[-1]
@@ -89,33 +104,18 @@ def test_one_gave_up_when_the_blank_budget_runs_out(tmp_path):
 
 def test_one_terminal_after_a_401_in_a_root_turn_and_none_in_a_child(tmp_path):
     h, fake = harness(tmp_path)
-    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
-    root = h.session()
-    user = h.user(root)
-    h.chat(root, user)
-    h.failed_step(root, user, unauthorized)
-    h.error_then_idle(root, unauthorized)
+    root = unauthorized_turn(h)
     assert fake.events() == ["terminal"]
     assert "HTTP 401" in (fake.queued[0][1].detail or "")
     assert "HTTP 401" in fake.queued[0][1].summary
 
-    child = h.session(root)
-    cuser = h.user(child)
-    h.chat(child, cuser)
-    h.failed_step(child, cuser, unauthorized)
-    h.error_then_idle(child, unauthorized)
+    unauthorized_turn(h, root)
     assert fake.events() == ["terminal"]
 
 
 def test_off_means_no_terminal_notification(tmp_path):
     h, fake = harness(tmp_path)
-    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
-    root = h.session()
-    h.store.set_enabled(False, h.clock.now(), root)
-    user = h.user(root)
-    h.chat(root, user)
-    h.failed_step(root, user, unauthorized)
-    h.error_then_idle(root, unauthorized)
+    unauthorized_turn(h, off=True)
     assert fake.events() == []
 
 
@@ -163,13 +163,8 @@ def test_delivery_results_are_recorded_with_their_latency(tmp_path):
 
 def test_the_hourly_cap_suppresses_then_says_how_many_once(tmp_path):
     h, fake = harness(tmp_path, max_per_hour=1)
-    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
     for _ in range(3):
-        root = h.session()
-        user = h.user(root)
-        h.chat(root, user)
-        h.failed_step(root, user, unauthorized)
-        h.error_then_idle(root, unauthorized)
+        unauthorized_turn(h)
     assert fake.events() == ["terminal"]
     assert [r.state for r in notifications(h.store) if r.channel == "*"] == ["suppressed"] * 2
     h.advance(timedelta(hours=1).total_seconds())
@@ -180,14 +175,9 @@ def test_the_hourly_cap_suppresses_then_says_how_many_once(tmp_path):
 
 def test_a_restart_does_not_repeat_a_notification(tmp_path):
     h, fake = harness(tmp_path)
-    unauthorized = api_error("Invalid API key (fake)", status=401, retryable=False)
-    root = h.session()
-    user = h.user(root)
-    h.chat(root, user)
-    h.failed_step(root, user, unauthorized)
-    h.error_then_idle(root, unauthorized)
+    root = unauthorized_turn(h)
     fake2 = with_notifier(h)  # same store and DB, a new loop
-    h.event("session.error", sessionID=root, error=unauthorized)
+    h.event("session.error", sessionID=root, error=UNAUTHORIZED)
     h.idle(root)
     assert fake.events() == ["terminal"] and fake2.events() == []
 
@@ -205,3 +195,28 @@ def test_status_shows_deliveries(tmp_path):
     text = render_status(status_report(h.store, h.clock.now()))  # type: ignore[arg-type]
     assert "notifications (24 h): failed 1, queued 1" in text
     assert "gave_up via webhook: failed in 0 ms — answered HTTP 500" in text
+
+
+def test_trace_lists_the_deliveries(tmp_path):
+    from opencode_autoretry.diagnostics.records import load_records
+    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
+
+    h, fake = harness(tmp_path)
+    sid, _ = blank_turn(h)
+    continue_blank(h, sid)
+    continue_blank(h, sid)
+    ids, _ = fake.queued[0]
+    h.clock.advance(0.084)
+    h.loop.handle(DeliveryResult(ids["webhook"], "webhook", True, 1, None, h.clock.now(), 0.08))
+    db = OpenCodeDB.open(h.settings.opencode_db)
+    try:
+        report = build_trace(db, load_records(h.settings.store, sid), now=h.clock.now(),
+                             session_id=sid)
+    finally:
+        db.close()
+    text = render_trace(report, Style())
+    assert "Notifications: 2" in text
+    assert "gave_up via webhook: ✓ sent (1 attempt, 84 ms) — decision #" in text
+    assert "gave_up via command: … queued" in text
+    assert '"event": "gave_up"' in trace_json(report)

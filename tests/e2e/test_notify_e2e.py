@@ -77,6 +77,14 @@ def loop_thread_ms(d: DaemonProcess) -> list[float]:
     return [float(m[1]) for m in found if m]
 
 
+def rows_of(d: DaemonProcess) -> list[Any]:
+    view = d.store()
+    try:
+        return notifications(view)
+    finally:
+        view.close()
+
+
 @pytest.fixture
 def sink():
     server = WebhookSink()
@@ -130,11 +138,8 @@ def test_gave_up_and_terminal_once_each_none_for_a_child_or_a_recovery(
     assert first["title"] == "Blank three times" and first["directory"]
     assert first["resume"].startswith(f"cd {first['directory']} && opencode --session {gave_up}")
     assert "HTTP 401" in second["message"] and second["title"] == "Bad key"
-    view = d.store()
-    try:
-        rows = notifications(view)
-    finally:
-        view.close()
+    rows = wait_until(lambda: (r := rows_of(d)) and all(x.state != "queued" for x in r) and r,
+                      TURN, "every delivery is recorded")
     assert sorted((r.event, r.channel, r.state) for r in rows) == [
         ("gave_up", "command", "sent"), ("gave_up", "webhook", "sent"),
         ("terminal", "command", "sent"), ("terminal", "webhook", "sent")]
@@ -164,7 +169,8 @@ def test_a_failing_webhook_does_not_delay_another_sessions_recovery(
 ):
     sink.mode = mode
     out = tmp_path / "events.jsonl"
-    d = daemon(config=notify_config(sink, out, "timeout = 10"))
+    # A hang outlasts the whole scenario (60 s per attempt), so the sink sees one attempt only.
+    d = daemon(config=notify_config(sink, out, f"timeout = {60 if mode == 'hang' else 10}"))
     server = connect(start_opencode, d)
 
     blank_budget_runs_out(provider, server, d)
@@ -185,11 +191,7 @@ def test_a_failing_webhook_does_not_delay_another_sessions_recovery(
     sink.release()
 
     def webhook_row() -> Any:
-        view = d.store()
-        try:
-            rows = [r for r in notifications(view) if r.channel == "webhook"]
-        finally:
-            view.close()
+        rows = [r for r in rows_of(d) if r.channel == "webhook"]
         return rows and rows[0].state != "queued" and rows[0]
 
     row = wait_until(webhook_row, 3 * TURN, "the webhook's failure is recorded")
