@@ -113,7 +113,16 @@ class Found:
     why: str
 
 
-def find_session(db: OpenCodeDB, run: RunArgs, started: datetime, cwd: str) -> Found:
+def run_directories(run: RunArgs, cwd: str, pwd: str | None) -> set[str]:
+    """Where the run works: OpenCode 1.18 takes its directory from ``$PWD`` (measured: a
+    child started with another cwd but the parent's ``PWD`` records the parent's directory),
+    a shell keeps both equal; ``--dir`` is relative to it."""
+    bases = {cwd, *([pwd] if pwd else [])}
+    return {os.path.realpath(os.path.join(base, run.directory or ".")) for base in bases}
+
+
+def find_session(db: OpenCodeDB, run: RunArgs, started: datetime, cwd: str,
+                 pwd: str | None = None) -> Found:
     """The root session the run worked on: the ``--session`` it named, else the one root
     session of its directory that got a user message after exec started it (ties broken by
     the message text). Unsure means none: exec never continues a session it only guesses."""
@@ -122,9 +131,9 @@ def find_session(db: OpenCodeDB, run: RunArgs, started: datetime, cwd: str) -> F
         return Found(found.id if found else None, f"session {run.session} is not in the DB")
     users = db.user_messages_since(to_epoch_ms(started))
     sessions = db.sessions({m.session_id for m in users})
-    directory = os.path.realpath(os.path.join(cwd, run.directory or "."))
+    directories = run_directories(run, cwd, pwd)
     roots = {s.id for s in sessions.values()
-             if s.parent_id is None and os.path.realpath(s.directory) == directory}
+             if s.parent_id is None and os.path.realpath(s.directory) in directories}
     if len(roots) == 1:
         return Found(roots.pop(), "")
     asked = {m.session_id for m in users if m.session_id in roots
@@ -133,7 +142,8 @@ def find_session(db: OpenCodeDB, run: RunArgs, started: datetime, cwd: str) -> F
         return Found(asked.pop(), "")
     if not roots:
         return Found(None, "")  # the run asked nothing (its own usage error, say): nothing to say
-    return Found(None, f"{len(roots)} sessions in {directory} got a message during the run")
+    where = " or ".join(sorted(directories))
+    return Found(None, f"{len(roots)} sessions in {where} got a message during the run")
 
 
 class Runner:
@@ -199,7 +209,8 @@ class Runner:
         if self.stop.is_set() or self.child.returncode < 0:
             return status  # interrupted, or killed by a signal (a crash): not ours to resume
         db = self.db()
-        found = find_session(db, self.run, started, self._cwd or os.getcwd()) if db else Found(
+        cwd = self._cwd or os.getcwd()
+        found = find_session(db, self.run, started, cwd, self._env.get("PWD")) if db else Found(
             None, "OpenCode's DB cannot be read")
         if self._verbose:
             say(self._err, f"run exited with {status}; session: {found.session_id or found.why}")

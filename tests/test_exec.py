@@ -315,3 +315,12 @@ def test_a_signal_is_passed_on_to_the_running_child_and_stops_the_recovery(world
     assert runner.execute() == 0
     assert running.signals == [15]
     assert len(world.spawned) == 1 and world.decisions() == [], "no continuation after SIGTERM"
+
+
+def test_the_runs_directory_is_its_cwd_or_pwd_with_dir_on_top():
+    from opencode_autoretry.daemon.headless import run_directories
+    run = parse_run(["opencode", "run", "x"])
+    assert run_directories(run, "/a", "/b") == {"/a", "/b"}
+    assert run_directories(run, "/a", None) == {"/a"}
+    sub = parse_run(["opencode", "run", "--dir", "sub", "x"])
+    assert run_directories(sub, "/a", "/a") == {"/a/sub"}
