@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_faults import install as install_faults
+from fake_subagents import install as install_subagent_faults
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +56,7 @@ def finished_ok(server, session: str) -> bool:
 
 def delegate(server, provider, fault: str) -> tuple[str, str]:
     """A root whose task child gets ``fault``; returns (root, child) once the child exists."""
-    install_faults(provider)
+    install_subagent_faults(install_faults(provider))
     root = server.create_session()["id"]
     server.prompt_async(root, f"Delegate [[s:task:{fault}]]")
     child = server.events.wait_for(
@@ -124,9 +125,9 @@ def left_alone_lines(d: DaemonProcess, child: str, count: int, after: int) -> No
 def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, start_opencode):
     began = time.monotonic()
     d = daemon(config=STALL_CONFIG)
-    server = connect(start_opencode, d, OPENCODE_PERMISSION='{"bash": "ask"}')
+    server = connect(start_opencode, d)
     mark = len(d.lines())
-    root, child = delegate(server, provider, "tool")  # the child's bash call asks first
+    root, child = delegate(server, provider, "read_outside")  # the child's read asks first
     asked = server.events.wait_for(lambda e: e.get("type") == "permission.asked", TURN,
                                    "the child's permission request")["properties"]
     assert asked["sessionID"] == child
