@@ -109,6 +109,7 @@ def test_a_hung_subagent_is_aborted_and_its_parent_carries_on(provider, daemon, 
     assert "ABORT subagent_stall" in report(d, "timeline", root)
     assert "ABORT subagent_stall" in report(d, "timeline", child)
     TIMINGS["scenario_a_s"] = time.monotonic() - began
+    TIMINGS["task_tool_" + task["state"]["status"]] = 1.0
     print(f"\nsubagent e2e timings: {TIMINGS}")
 
 
@@ -140,6 +141,7 @@ def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, star
     wait_until(lambda: finished_ok(server, root), TURN, "the parent ends after the answer")
     assert records(d, child) == ([], []) and records(d, root) == ([], [])
     TIMINGS["scenario_b_s"] = time.monotonic() - began
+    print(f"\nsubagent e2e timings: {TIMINGS}")
 
 
 def test_subagents_off_leaves_a_hung_child_alone(provider, daemon, start_opencode):
@@ -160,3 +162,4 @@ def test_subagents_off_leaves_a_hung_child_alone(provider, daemon, start_opencod
     assert [x.action for x in records(d, child)[0]].count("abort") == 0
     assert records(d, root)[1] == []
     TIMINGS["scenario_c_s"] = time.monotonic() - began
+    print(f"\nsubagent e2e timings: {TIMINGS}")
