@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_faults import install as install_faults
+from fake_subagents import install as install_subagent_faults
 
 pytestmark = pytest.mark.e2e
 
@@ -55,7 +56,7 @@ def finished_ok(server, session: str) -> bool:
 
 def delegate(server, provider, fault: str) -> tuple[str, str]:
     """A root whose task child gets ``fault``; returns (root, child) once the child exists."""
-    install_faults(provider)
+    install_subagent_faults(install_faults(provider))
     root = server.create_session()["id"]
     server.prompt_async(root, f"Delegate [[s:task:{fault}]]")
     child = server.events.wait_for(
@@ -108,6 +109,7 @@ def test_a_hung_subagent_is_aborted_and_its_parent_carries_on(provider, daemon, 
     assert "ABORT subagent_stall" in report(d, "timeline", root)
     assert "ABORT subagent_stall" in report(d, "timeline", child)
     TIMINGS["scenario_a_s"] = time.monotonic() - began
+    TIMINGS["task_tool_" + task["state"]["status"]] = 1.0
     print(f"\nsubagent e2e timings: {TIMINGS}")
 
 
@@ -124,9 +126,9 @@ def left_alone_lines(d: DaemonProcess, child: str, count: int, after: int) -> No
 def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, start_opencode):
     began = time.monotonic()
     d = daemon(config=STALL_CONFIG)
-    server = connect(start_opencode, d, OPENCODE_PERMISSION='{"bash": "ask"}')
+    server = connect(start_opencode, d)
     mark = len(d.lines())
-    root, child = delegate(server, provider, "tool")  # the child's bash call asks first
+    root, child = delegate(server, provider, "read_outside")  # the child's read asks first
     asked = server.events.wait_for(lambda e: e.get("type") == "permission.asked", TURN,
                                    "the child's permission request")["properties"]
     assert asked["sessionID"] == child
@@ -139,6 +141,7 @@ def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, star
     wait_until(lambda: finished_ok(server, root), TURN, "the parent ends after the answer")
     assert records(d, child) == ([], []) and records(d, root) == ([], [])
     TIMINGS["scenario_b_s"] = time.monotonic() - began
+    print(f"\nsubagent e2e timings: {TIMINGS}")
 
 
 def test_subagents_off_leaves_a_hung_child_alone(provider, daemon, start_opencode):
@@ -159,3 +162,4 @@ def test_subagents_off_leaves_a_hung_child_alone(provider, daemon, start_opencod
     assert [x.action for x in records(d, child)[0]].count("abort") == 0
     assert records(d, root)[1] == []
     TIMINGS["scenario_c_s"] = time.monotonic() - began
+    print(f"\nsubagent e2e timings: {TIMINGS}")
