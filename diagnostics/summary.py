@@ -176,9 +176,11 @@ class _Judge:
         }
 
     def decision_for(self, item: ClassifiedStep) -> DecisionRecord | None:
-        found = list(self.by_step.get(item.step.id, ()))
         own = self.of_session.get(item.step.session_id)
-        aborted = daemon_abort_for(own, item.step) if own is not None else None
+        if own is None:
+            return None  # the daemon decided nothing in this session
+        found = list(self.by_step.get(item.step.id, ()))
+        aborted = daemon_abort_for(own, item.step)
         if aborted is not None:
             found.append(aborted)
         sends = {d.id for d in found if d.id in self.by_decision}
@@ -224,8 +226,9 @@ def _per_day(
     def day(value: datetime) -> date:
         return value.astimezone(zone).date()
 
-    failed = Counter(day(f.item.step.time_created) for f in fates)
-    recovered = Counter(day(f.item.step.time_created) for f in fates if f.fate == "recovered")
+    days = [(day(f.item.step.time_created), f.fate == "recovered") for f in fates]
+    failed = Counter(d for d, _ in days)
+    recovered = Counter(d for d, ok in days if ok)
     start = day(since) if since else min(failed, default=day(now))
     span = _days(min(start, day(now)), day(now))
     return tuple(DayCount(d, failed[d], recovered[d]) for d in span)
@@ -305,4 +308,4 @@ def build_summary(
 
 
 def _parents(db: OpenCodeDB, session_ids: set[str]) -> dict[str, str | None]:
-    return {sid: s.parent_id for sid, s in db.sessions(session_ids).items()}
+    return db.parent_ids(session_ids)

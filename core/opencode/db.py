@@ -142,6 +142,15 @@ class OpenCodeDB:
             found.update((s.id, s) for s in map(parse_session, self._rows(sql, chunk)))
         return found
 
+    def parent_ids(self, session_ids: Iterable[str]) -> dict[str, str | None]:
+        """Each known session's ``parent_id`` (None for a root session), without parsing
+        the whole row (the reports' summary asks it of thousands of sessions)."""
+        found: dict[str, str | None] = {}
+        for chunk in chunks(sorted(set(session_ids))):
+            sql = f"SELECT id, parent_id FROM session WHERE id IN ({marks(chunk)})"
+            found.update((sid, parent or None) for sid, parent in self._rows(sql, chunk))
+        return found
+
     def find_sessions(self, ref: str) -> list[Session]:
         """Sessions matching ``ref``: the exact id, else ids starting with it, else the slug."""
         ref = ref.strip()
