@@ -82,12 +82,14 @@ def test_a_hard_quota_continues_on_the_next_model(provider, daemon, start_openco
     server.prompt_async(session, "And again", model={"providerID": "fake",
                                                      "modelID": "fake-model"})
     assert provider.wait_for_requests(before + 1, TURN)[before].model == "fake-model"
-    # Measured, not asserted: a prompt that names no model gets the session's last one.
+    # A message that names no model does not inherit the fallback either (OpenCode 1.18.33
+    # takes its configured default, not the model of the session's last message).
     wait_until(lambda: finished_ok(server, session), TURN, "the user's turn ends")
     before = len(provider.requests())
     server.prompt_async(session, "Once more, no model named")
-    OBSERVED["model of a prompt without a model"] = provider.wait_for_requests(
-        before + 1, TURN)[before].model
+    unnamed = provider.wait_for_requests(before + 1, TURN)[before].model
+    OBSERVED["model of a prompt without a model"] = unnamed
+    assert unnamed == "fake-model"
 
 
 def test_a_chain_used_up_gives_up_once(provider, daemon, start_opencode, sink):
