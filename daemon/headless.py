@@ -137,7 +137,7 @@ def find_session(db: OpenCodeDB, run: RunArgs, started: datetime, cwd: str,
     if len(roots) == 1:
         return Found(roots.pop(), "")
     asked = {m.session_id for m in users if m.session_id in roots
-             and any(p.text.strip() == run.text.strip() for p in m.parts)}
+             and any(p.text.strip() in (run.text.strip(), run.sent_text) for p in m.parts)}
     if len(asked) == 1:
         return Found(asked.pop(), "")
     if not roots:

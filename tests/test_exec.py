@@ -58,8 +58,12 @@ def test_options_are_read_and_the_continuation_keeps_output_options():
     argv = run.continuation("ses_1", "Continue.", model="fake/m", agent="build", variant=None)
     assert argv == ["/opt/bin/opencode", "run", "--session", "ses_1", "--model", "fake/m",
                     "--agent", "build", "--format", "json", "--print-logs", "Continue."]
-    dash = run.continuation("ses_1", "-x", model=None, agent=None, variant="high")
-    assert dash[-2:] == ["--", "-x"] and dash[4:6] == ["--variant", "high"]
+    dash = run.continuation("ses_1", "-x y", model=None, agent=None, variant="high")
+    assert dash[-3:] == ["--", "-x", "y"] and dash[4:6] == ["--variant", "high"]
+    words = run.continuation("ses_1", "Continue; it was cut (lost).", model=None, agent=None,
+                             variant=None)
+    assert words[-5:] == ["Continue;", "it", "was", "cut", "(lost)."], "one word per argument"
+    assert parse_run(["opencode", "run", "fix it", "now"]).sent_text == '"fix it" now'
 
 
 def test_exit_status_of_a_signalled_child():

@@ -80,8 +80,16 @@ class RunArgs:
             if name in self.values:
                 argv += [name, self.values[name]]
         argv += [name for name in KEPT_FLAGS if name in self.flags]
-        # yargs reads a message that starts with "-" as an option unless after "--".
-        return [*argv, "--", text] if text.startswith("-") else [*argv, text]
+        # `opencode run` wraps an argument holding a space in double quotes before it joins
+        # them (measured on 1.18.33): one word per argument sends the text unquoted. yargs
+        # reads a word that starts with "-" as an option unless it follows "--".
+        words = text.split()
+        return [*argv, "--", *words] if any(w.startswith("-") for w in words) else [*argv, *words]
+
+    @property
+    def sent_text(self) -> str:
+        """The message as ``opencode run`` stores it (arguments with a space quoted)."""
+        return " ".join(f'"{m}"' if " " in m else m for m in self.message)
 
 
 def is_opencode(program: str) -> bool:
