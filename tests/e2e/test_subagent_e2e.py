@@ -57,7 +57,10 @@ def user_messages(server, session: str) -> list[dict[str, Any]]:
 
 
 def finished_ok(server, session: str) -> bool:
-    last = server.messages(session)[-1]["info"]
+    messages = server.messages(session)  # empty until prompt_async's message is written
+    if not messages:
+        return False
+    last = messages[-1]["info"]
     return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get("error")
 
 
