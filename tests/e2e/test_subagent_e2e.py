@@ -1,7 +1,7 @@
 """Hung subagents (issue 9) against the real OpenCode 1.18.33 and the real daemon.
 
 A root delegates with the ``task`` tool (``fake_faults.task``); its child session gets the
-fault. ``stall_timeout`` is 2 s (the daemon's config), the daemon ticks every 0.2 s.
+fault. ``stall_timeout`` is 3 s (the daemon's config), the daemon ticks every 0.2 s.
 
 - a child that streams nothing is aborted once, never prompted, and the parent carries on;
 - a child waiting on a permission is left alone, judged by the daemon's own "left alone"
@@ -25,15 +25,22 @@ from fake_subagents import install as install_subagent_faults
 pytestmark = pytest.mark.e2e
 
 TURN = 30.0
-STALL_CONFIG = "stall_timeout = 2.0\n" + FAST_CONFIG
+STALL_CONFIG = "stall_timeout = 3.0\n" + FAST_CONFIG  # as the root stall scenario
 TIMINGS: dict[str, float] = {}
 
 
-def connect(start_opencode, d: DaemonProcess, **env: str):
+def connect(start_opencode, d: DaemonProcess, provider, **env: str):
+    """OpenCode with the bridge connected, warmed up by one normal turn: a fresh process can
+    sit busy for seconds before its first step, which a short stall_timeout would take for a
+    root stall (and abort) before the root ever calls its subagent."""
     mark = len(d.lines())
     server = start_opencode(**env)
     server.ok("GET", "/path")  # boots the instance, which loads the bridge
     d.wait_log("connected: pid", TURN, after=mark)
+    warm = server.create_session()["id"]
+    server.prompt_async(warm, "Say hello")
+    wait_until(lambda: finished_ok(server, warm), TURN, "the warm-up turn")
+    provider.reset()
     return server
 
 
@@ -50,12 +57,16 @@ def user_messages(server, session: str) -> list[dict[str, Any]]:
 
 
 def finished_ok(server, session: str) -> bool:
-    last = server.messages(session)[-1]["info"]
+    messages = server.messages(session)  # empty until prompt_async's message is written
+    if not messages:
+        return False
+    last = messages[-1]["info"]
     return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get("error")
 
 
 def delegate(server, provider, fault: str) -> tuple[str, str]:
     """A root whose task child gets ``fault``; returns (root, child) once the child exists."""
+    assert provider.requests() == [], "the warm-up left requests behind"
     install_subagent_faults(install_faults(provider))
     root = server.create_session()["id"]
     server.prompt_async(root, f"Delegate [[s:task:{fault}]]")
@@ -82,7 +93,7 @@ def report(d: DaemonProcess, *args: str) -> str:
 def test_a_hung_subagent_is_aborted_and_its_parent_carries_on(provider, daemon, start_opencode):
     began = time.monotonic()
     d = daemon(config=STALL_CONFIG)
-    server = connect(start_opencode, d)
+    server = connect(start_opencode, d, provider)
     root, child = delegate(server, provider, "stall")  # the child: headers, then silence
 
     [task_call, stalled] = provider.wait_for_requests(2, TURN)[:2]
@@ -126,7 +137,7 @@ def left_alone_lines(d: DaemonProcess, child: str, count: int, after: int) -> No
 def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, start_opencode):
     began = time.monotonic()
     d = daemon(config=STALL_CONFIG)
-    server = connect(start_opencode, d)
+    server = connect(start_opencode, d, provider)
     mark = len(d.lines())
     root, child = delegate(server, provider, "read_outside")  # the child's read asks first
     asked = server.events.wait_for(lambda e: e.get("type") == "permission.asked", TURN,
@@ -147,7 +158,7 @@ def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, star
 def test_subagents_off_leaves_a_hung_child_alone(provider, daemon, start_opencode):
     began = time.monotonic()
     d = daemon(config=STALL_CONFIG + "\n[stall]\nsubagents = false\n")
-    server = connect(start_opencode, d)
+    server = connect(start_opencode, d, provider)
     root, child = delegate(server, provider, "stall")
     provider.wait_for_requests(2, TURN)
 
