@@ -103,7 +103,11 @@ class DecisionPath(RuleBasedStateMachine):
         self._ev("session.status", sid, status={"type": "busy"})
         self.h.rows.assistant(sid, self.turn[sid], finish=None, text="", error=aborted_error())
         self.h.rows.commit()
-        self.aborted.setdefault((sid, self.turn[sid]), len(self.h.prompts()))
+        view = self.h.loop.sessions.get(sid)
+        if view is None or view.abort_requested is None:
+            self.aborted.setdefault((sid, self.turn[sid]), len(self.h.prompts()))
+        # else: the daemon asked for an abort (a stall) and this is OpenCode carrying it out;
+        # a user's Esc at that very moment cannot be told apart from it (the same error).
         del self.turn[sid]  # OpenCode does nothing more in an aborted turn until the user writes
         if self.conn in self.h.bridge.alive:
             self._ev("session.error", sid, error=aborted_error())
