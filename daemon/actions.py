@@ -378,6 +378,10 @@ class Recovery:
         if not self._store.is_enabled(session_id):
             self._actions.cancel_open(session_id, now, "cancelled: autoretry was switched off")
             return
+        ledger = self._store.load_ledger(session_id, injection.turn_id or "")
+        if ledger is not None and ledger.user_aborted:  # judged after the intent (a gap)
+            self._actions.cancel_open(session_id, now, "cancelled: the user aborted this turn")
+            return
         view = self._sessions.get(session_id)
         if view is not None and view.headless:
             return  # an `autoretry exec` run's intent: exec sends it through OpenCode's CLI

@@ -181,8 +181,9 @@ class Loop:
             self.bridges[item.conn_id] = item.hello
             log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
                      item.hello.directory)
-            self.recovery.adopt(item.conn_id, item.hello.pid, now)
+            # What ended while it was away is judged before its old retries may fire.
             self.gap.bridge_hello(item.conn_id, item.hello.pid, now)
+            self.recovery.adopt(item.conn_id, item.hello.pid, now)
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
             known = self.bridges.pop(item.conn_id, None)

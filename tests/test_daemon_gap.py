@@ -9,6 +9,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
+from opencode_rows import aborted_error  # noqa: E402
 
 from opencode_autoretry.daemon.gap import LOOKBACK, OWNER_GRACE  # noqa: E402
 
@@ -213,3 +214,35 @@ def test_a_long_gap_does_not_wake_up_continuing_yesterdays_turns(tmp_path):
     h.hello(pid=PID)
     h.advance(OWNER_GRACE.total_seconds() + 10)
     assert h.prompts() == [] and h.store.decisions(sid) == []
+
+
+def test_a_user_abort_judged_after_a_gap_cancels_the_waiting_retry(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.failed_step(sid, user, error=disconnect())
+    h.error_then_idle(sid, disconnect())  # a retry waits 5 s
+    h.closed()
+    h.rows.assistant(sid, user, finish=None, text="", error=aborted_error())  # unseen
+    h.rows.commit()
+    h.bridge.alive = {"b2"}
+    h.hello(conn="b2", pid=PID)  # the gap review judges the abort
+    h.advance(10)
+    assert h.prompts() == []
+    assert h.store.injections(sid)[0].state == "cancelled"
+
+
+def test_the_gap_is_judged_before_an_overdue_retry_fires_on_hello(tmp_path):
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.failed_step(sid, user, error=disconnect())
+    h.error_then_idle(sid, disconnect())  # a retry waits 5 s ...
+    h.closed()
+    h.advance(6)  # ... and is overdue when the bridge comes back
+    h.rows.assistant(sid, user, finish=None, text="", error=aborted_error())  # unseen
+    h.rows.commit()
+    h.bridge.alive = {"b2"}
+    h.hello(conn="b2", pid=PID)
+    h.advance(10)
+    assert h.prompts() == []

@@ -4,7 +4,7 @@ OpenCode DB rows, a fake bridge and a fake clock, driven by hypothesis' stateful
 Generated sequences mix user messages, faults of every kind the menu has, healthy and tool
 turns, events that are duplicated, reordered or dropped, user aborts, ``/autoretry off|on
 here``, child sessions, daemon restarts (SIGKILL), bridge cuts, OpenCode running the
-continuations it was sent, and clock jumps forward and back. After every step:
+continuations it was sent, and jumps of the daemon's clock forward and back. After every step:
 
 - never more continuations for a turn than its budgets allow (per group and the shared
   interruption cap);
@@ -103,7 +103,11 @@ class DecisionPath(RuleBasedStateMachine):
         self._ev("session.status", sid, status={"type": "busy"})
         self.h.rows.assistant(sid, self.turn[sid], finish=None, text="", error=aborted_error())
         self.h.rows.commit()
-        self.aborted.setdefault((sid, self.turn[sid]), len(self.h.prompts()))
+        view = self.h.loop.sessions.get(sid)
+        if view is None or view.abort_requested is None:
+            self.aborted.setdefault((sid, self.turn[sid]), len(self.h.prompts()))
+        # else: the daemon asked for an abort (a stall) and this is OpenCode carrying it out;
+        # a user's Esc at that very moment cannot be told apart from it (the same error).
         del self.turn[sid]  # OpenCode does nothing more in an aborted turn until the user writes
         if self.conn in self.h.bridge.alive:
             self._ev("session.error", sid, error=aborted_error())
@@ -222,7 +226,11 @@ class DecisionPath(RuleBasedStateMachine):
 
     @rule(seconds=st.sampled_from(SECONDS))
     def time_passes(self, seconds: float) -> None:
-        self.h.advance(seconds)
+        """The daemon's clock jumps forward and back; OpenCode's rows keep their order (its
+        message ids are made from its clock: a jump back would reorder OpenCode itself)."""
+        now = self.h.clock.advance(seconds)
+        self.h.rows.clock = max(self.h.rows.clock, int(now.timestamp() * 1000))
+        self.h.loop.tick()
 
     # -- invariants ---------------------------------------------------------------------------
 
