@@ -73,7 +73,8 @@ def serve(settings: Settings) -> int:
 
     policy = load_policy(settings.policy)
     notify = load_notify(settings.notify)
-    check_models(load_fallback(settings.fallback), os.environ, paths.opencode_config_dir())
+    fallback = load_fallback(settings.fallback)
+    check_models(fallback, os.environ, paths.opencode_config_dir())
     store = Store.open(settings.store)
     inbox: queue.Queue[object] = queue.Queue()
     parts = PartHealth()  # what is broken: logged once, shown by `autoretry status`
@@ -84,7 +85,8 @@ def serve(settings: Settings) -> int:
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
     loop = Loop(settings, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
-                SystemClock(), policy, parts=parts, notifier=notifier)
+                SystemClock(), policy, parts=parts, notifier=notifier,
+                fallback=fallback, notify=notify)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))

@@ -54,9 +54,9 @@ from opencode_autoretry.daemon.sessions import (
 from opencode_autoretry.daemon.sources import UnownedWatch
 from opencode_autoretry.daemon.subagent_stalls import SubagentStalls
 from opencode_autoretry.daemon.todo_guard import TodoGuard
-from opencode_autoretry.fallback import load_fallback
+from opencode_autoretry.fallback import FallbackChains, load_fallback
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
-from opencode_autoretry.notify_config import load_notify
+from opencode_autoretry.notify_config import NotifyConfig, load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
@@ -90,6 +90,8 @@ class Loop:
         pid: int | None = None,
         parts: PartHealth | None = None,
         notifier: Enqueuer | None = None,
+        fallback: FallbackChains | None = None,
+        notify: NotifyConfig | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -110,12 +112,14 @@ class Loop:
         self.todos = TodoGuard.for_loop(self)  # issue 9: healthy ends with todos left
         self.policy = with_todo_budget(policy, self.todos.config)
         self.subagents = SubagentStalls(self.db, store, settings.stall_timeout)  # issue 9
-        self.fallback = load_fallback(settings.fallback)
+        # serve() parses [fallback] and [notify] once, before anything starts; tests may not.
+        self.fallback = load_fallback(settings.fallback) if fallback is None else fallback
         self.judge = Judge(store, self.db, self.policy, enabled=settings.enabled,
                            runaway_steps=settings.runaway_steps, rand=rand,
                            subagents=settings.stall_subagents, scope=self.subagents.scope,
                            fallback=self.fallback)
-        self.notifications = Notifications(store, self.db, load_notify(settings.notify), notifier)
+        notify_config = load_notify(settings.notify) if notify is None else notify
+        self.notifications = Notifications(store, self.db, notify_config, notifier)
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None

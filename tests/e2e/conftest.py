@@ -11,6 +11,7 @@ Timings are collected in ``TIMINGS`` and printed in the terminal summary.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import sys
 import tempfile
@@ -24,7 +25,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_process import FAST_CONFIG, DaemonProcess  # noqa: E402
 from fake_provider import FakeProvider  # noqa: E402
-from opencode import OpenCodeHome, OpenCodeServer, ensure_opencode, prepare_home  # noqa: E402
+from opencode import (  # noqa: E402
+    OpenCodeHome,
+    OpenCodeServer,
+    cache_dir,
+    ensure_opencode,
+    prepare_home,
+)
 from standin import DaemonStandIn  # noqa: E402
 
 TIMINGS: dict[str, list[float]] = {}
@@ -33,6 +40,20 @@ PLUGIN_DEP = Path("node_modules") / "@opencode-ai" / "plugin"
 
 def record(name: str, seconds: float) -> None:
     TIMINGS.setdefault(name, []).append(round(seconds, 2))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist each worker collects its own timings: hand them to the controller.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["e2e_timings"] = TIMINGS
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """(pytest-xdist, controller side) merge a finished worker's timings."""
+    for name, values in getattr(node, "workeroutput", {}).get("e2e_timings", {}).items():
+        TIMINGS.setdefault(name, []).extend(values)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
@@ -45,7 +66,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 @pytest.fixture(scope="session")
 def opencode_bin() -> Path:
     began = time.monotonic()
-    binary = ensure_opencode()
+    # The suite runs on two pytest-xdist workers: on a fresh machine both would npm-install into
+    # the same cache at once, so the first installs and the second waits for it.
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        binary = ensure_opencode()
     record("ensure_opencode", time.monotonic() - began)
     return binary
 
