@@ -50,7 +50,7 @@ from opencode_autoretry.diagnostics.render import (
     tokens_json,
 )
 from opencode_autoretry.diagnostics.repetition_view import loop_part_lines, trim_json
-from opencode_autoretry.diagnostics.steps import classify_message
+from opencode_autoretry.diagnostics.steps import classify_message, relabel_daemon_aborts
 from opencode_autoretry.diagnostics.subagent_view import is_subagent_abort
 from opencode_autoretry.models import Message, Part, PartType, Role, Session, Verdict
 from opencode_autoretry.opencode.db import OpenCodeDB
@@ -90,6 +90,8 @@ def build_timeline(
     entries.sort(key=lambda e: (_entry_time(e), 0 if isinstance(e, Message) else 1))
     last = next((m for m in reversed(messages) if m.role is Role.ASSISTANT), None)
     verdict = classify_message(db, last, now=now) if last is not None else None
+    if verdict is not None:  # a step the daemon aborted is what it stopped, not a user abort
+        verdict = relabel_daemon_aborts([verdict], records)[0]
     found = verdict.verdict if verdict else None
     return TimelineReport(session, tuple(entries), found, {t.part_id: t for t in trims})
 

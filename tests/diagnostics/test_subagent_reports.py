@@ -72,3 +72,14 @@ def test_timeline_of_the_parent_and_of_the_child_shows_the_abort(run_on, tmp_pat
                                  "timeline", session, "--json").output)
         [entry] = [e for e in body["entries"] if e["type"] == "decision"]
         assert (entry["session_id"], entry["action"]) == (hung["child"], "abort")
+
+
+def test_the_childs_newest_step_is_the_stall_the_daemon_aborted_not_a_user_abort(
+    run_on, tmp_path, hung
+):
+    result = run_on(tmp_path / "opencode.db", tmp_path / "autoretry.db", "timeline",
+                    hung["child"])
+    assert "Newest step: subagent_stall — aborted by autoretry" in result.output, result.output
+    body = json.loads(run_on(tmp_path / "opencode.db", tmp_path / "autoretry.db", "timeline",
+                             hung["child"], "--json").output)
+    assert body["verdict"]["kind"] == "subagent_stall"
