@@ -24,11 +24,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_process import FAST_CONFIG, DaemonProcess  # noqa: E402
 from fake_provider import FakeProvider  # noqa: E402
-from opencode import OpenCodeHome, OpenCodeServer, ensure_opencode, prepare_home  # noqa: E402
+from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home  # noqa: E402
 from standin import DaemonStandIn  # noqa: E402
 
 TIMINGS: dict[str, list[float]] = {}
-PLUGIN_DEP = Path("node_modules") / "@opencode-ai" / "plugin"
 
 
 def record(name: str, seconds: float) -> None:
@@ -63,25 +62,21 @@ def provider(fake_provider: FakeProvider) -> FakeProvider:
     return fake_provider
 
 
-def _wait_for_path(path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.1)  # polling a file OpenCode writes; nothing to wait on instead
-
-
 @pytest.fixture(scope="session")
 def opencode_home(
     opencode_bin: Path, fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory
 ) -> OpenCodeHome:
     began = time.monotonic()
-    home = prepare_home(tmp_path_factory.mktemp("opencode-home"), fake_provider.url)
-    with OpenCodeServer.start(opencode_bin, home) as server:
-        server.ok("GET", "/path")  # boots the project instance, which loads the plugins
-        _wait_for_path(home.config_dir / PLUGIN_DEP / "package.json", 180)
+    home = warm_home(opencode_bin, tmp_path_factory.mktemp("opencode-home"), fake_provider.url)
     record("config_prep", time.monotonic() - began)
     return home
+
+
+@pytest.fixture(scope="session")
+def opencode_version(opencode_bin: Path) -> str:
+    """What ``opencode_bin --version`` says (``1.18.33`` unless
+    ``$AUTORETRY_E2E_OPENCODE_VERSION`` asks for another); ``versions.py`` says what it does."""
+    return binary_version(opencode_bin)
 
 
 @pytest.fixture

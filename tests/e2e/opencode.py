@@ -177,6 +177,28 @@ def prepare_home(root: Path, provider_url: str) -> OpenCodeHome:
     return home
 
 
+PLUGIN_DEP = Path("node_modules") / "@opencode-ai" / "plugin"
+
+
+def warm_home(binary: Path, root: Path, provider_url: str) -> OpenCodeHome:
+    """``prepare_home`` + one start of ``binary``: OpenCode npm-installs ``@opencode-ai/plugin``
+    into its config dir on first start. Each version gets a home of its own (its own DB: an
+    older OpenCode must not open a newer one's)."""
+    home = prepare_home(root, provider_url)
+    with OpenCodeServer.start(binary, home) as server:
+        server.ok("GET", "/path")  # boots the project instance, which loads the plugins
+        _wait_for_path(home.config_dir / PLUGIN_DEP / "package.json", 180)
+    return home
+
+
+def _wait_for_path(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout}s")
+        time.sleep(0.1)  # polling a file OpenCode writes; nothing to wait on instead
+
+
 class EventLog:
     """Collects ``/event`` SSE payloads; ``wait_for`` polls with a deadline."""
 
