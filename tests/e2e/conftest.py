@@ -26,6 +26,7 @@ from daemon_process import FAST_CONFIG, DaemonProcess  # noqa: E402
 from fake_provider import FakeProvider  # noqa: E402
 from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home  # noqa: E402
 from standin import DaemonStandIn  # noqa: E402
+from versions import FACTS, skip_reason  # noqa: E402
 
 TIMINGS: dict[str, list[float]] = {}
 
@@ -39,6 +40,23 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             "e2e timings (s): " + ", ".join(f"{k}={v}" for k, v in TIMINGS.items())
         )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"opencode(*facts): needs these facts of OpenCode's own behaviour: {FACTS}"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _opencode_facts(request: pytest.FixtureRequest) -> None:
+    """Skips a test marked ``@pytest.mark.opencode(fact, ...)`` on a version where a fact
+    does not hold (versions.py); unmarked tests never look at the version."""
+    facts = tuple(f for mark in request.node.iter_markers("opencode") for f in mark.args)
+    if facts:
+        reason = skip_reason(facts, request.getfixturevalue("opencode_version"))
+        if reason:
+            pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
