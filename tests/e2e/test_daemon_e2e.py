@@ -315,6 +315,7 @@ def test_s9_daemon_killed_during_backoff_injects_exactly_once(provider, daemon, 
     assert [i.state for i in injections(d, session)] == ["confirmed"]
 
 
+@pytest.mark.opencode("loops_without_finish_reason")
 def test_s10_endless_unknown_finish_loop_is_aborted(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)
