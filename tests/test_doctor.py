@@ -139,8 +139,8 @@ def test_a_stale_dead_or_stopped_daemon_fails(world: World, change: dict, needle
 
 
 def test_an_untested_opencode_version_is_a_warning_not_a_failure(world: World) -> None:
-    world.commands["opencode"] = (0, "1.17.11")
-    world.info["bridges"][0]["opencode"] = "1.17.11"
+    world.commands["opencode"] = (0, "1.15.13")
+    world.info["bridges"][0]["opencode"] = "1.15.13"
     status, text = world.checks()["opencode"]
     assert status is Status.WARN
     assert "outside the tested range" in text and "1.18.33" in text

@@ -28,7 +28,9 @@ def test_the_tested_range_holds_the_pinned_e2e_version() -> None:
     assert versions.in_tested_range(low) and versions.in_tested_range(high)
     assert versions.in_tested_range("1.18.33") is True
     assert versions.untested_warning("1.18.33") is None
-    assert versions.in_tested_range("1.17.11") is False
+    assert versions.in_tested_range("1.17.11") is True  # the oldest supported (issue 11)
+    assert versions.in_tested_range("1.17.10") is False
+    assert versions.in_tested_range("1.15.13") is False
     assert versions.in_tested_range("9.0.0") is False
     assert versions.in_tested_range("garbage") is None
     assert "outside the tested range" in str(versions.untested_warning("1.15.0"))
@@ -47,11 +49,11 @@ def _hello(path: Path, version: str | None) -> None:
 def test_the_daemon_warns_once_per_untested_version(tmp_path: Path, caplog) -> None:
     caplog.set_level(logging.WARNING, logger="opencode_autoretry.daemon.bridges")
     with BridgeServer(tmp_path / "d.sock", queue.Queue()) as server:
-        for version in ("1.18.33", "1.17.11", "1.17.11", "1.15.4"):
+        for version in ("1.18.33", "1.15.13", "1.15.13", "1.15.4"):
             _hello(server.path, version)
         deadline = time.monotonic() + 5
         while server.counters().lines < 4 and time.monotonic() < deadline:
             time.sleep(0.01)
     warned = [r.getMessage() for r in caplog.records if "tested range" in r.getMessage()]
     assert len(warned) == 2
-    assert "1.17.11" in warned[0] and "1.15.4" in warned[1]
+    assert "1.15.13" in warned[0] and "1.15.4" in warned[1]

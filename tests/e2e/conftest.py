@@ -11,7 +11,6 @@ Timings are collected in ``TIMINGS`` and printed in the terminal summary.
 
 from __future__ import annotations
 
-import fcntl
 import shutil
 import sys
 import tempfile
@@ -25,17 +24,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_process import FAST_CONFIG, DaemonProcess  # noqa: E402
 from fake_provider import FakeProvider  # noqa: E402
-from opencode import (  # noqa: E402
-    OpenCodeHome,
-    OpenCodeServer,
-    cache_dir,
-    ensure_opencode,
-    prepare_home,
-)
+from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home  # noqa: E402
 from standin import DaemonStandIn  # noqa: E402
+from versions import FACTS, skip_reason  # noqa: E402
 
 TIMINGS: dict[str, list[float]] = {}
-PLUGIN_DEP = Path("node_modules") / "@opencode-ai" / "plugin"
 
 
 def record(name: str, seconds: float) -> None:
@@ -63,15 +56,27 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"opencode(*facts): needs these facts of OpenCode's own behaviour: {FACTS}"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _opencode_facts(request: pytest.FixtureRequest) -> None:
+    """Skips a test marked ``@pytest.mark.opencode(fact, ...)`` on a version where a fact
+    does not hold (versions.py); unmarked tests never look at the version."""
+    facts = tuple(f for mark in request.node.iter_markers("opencode") for f in mark.args)
+    if facts:
+        reason = skip_reason(facts, request.getfixturevalue("opencode_version"))
+        if reason:
+            pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def opencode_bin() -> Path:
     began = time.monotonic()
-    # The suite runs on two pytest-xdist workers: on a fresh machine both would npm-install into
-    # the same cache at once, so the first installs and the second waits for it.
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    with open(cache_dir() / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        binary = ensure_opencode()
+    binary = ensure_opencode()
     record("ensure_opencode", time.monotonic() - began)
     return binary
 
@@ -89,25 +94,21 @@ def provider(fake_provider: FakeProvider) -> FakeProvider:
     return fake_provider
 
 
-def _wait_for_path(path: Path, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{path} did not appear within {timeout}s")
-        time.sleep(0.1)  # polling a file OpenCode writes; nothing to wait on instead
-
-
 @pytest.fixture(scope="session")
 def opencode_home(
     opencode_bin: Path, fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory
 ) -> OpenCodeHome:
     began = time.monotonic()
-    home = prepare_home(tmp_path_factory.mktemp("opencode-home"), fake_provider.url)
-    with OpenCodeServer.start(opencode_bin, home) as server:
-        server.ok("GET", "/path")  # boots the project instance, which loads the plugins
-        _wait_for_path(home.config_dir / PLUGIN_DEP / "package.json", 180)
+    home = warm_home(opencode_bin, tmp_path_factory.mktemp("opencode-home"), fake_provider.url)
     record("config_prep", time.monotonic() - began)
     return home
+
+
+@pytest.fixture(scope="session")
+def opencode_version(opencode_bin: Path) -> str:
+    """What ``opencode_bin --version`` says (``1.18.33`` unless
+    ``$AUTORETRY_E2E_OPENCODE_VERSION`` asks for another); ``versions.py`` says what it does."""
+    return binary_version(opencode_bin)
 
 
 @pytest.fixture

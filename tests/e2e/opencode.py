@@ -1,4 +1,5 @@
-"""Runs the real OpenCode (1.18.33) for the e2e suite, isolated and on 127.0.0.1 only.
+"""Runs the real OpenCode for the e2e suite, isolated and on 127.0.0.1 only: the pinned
+1.18.33, or the version ``$AUTORETRY_E2E_OPENCODE_VERSION`` names (e.g. ``1.17.11``).
 
 - ``ensure_opencode()``: the binary, npm-installed into a cache dir outside the repository
   (``$AUTORETRY_E2E_CACHE``, default ``~/.cache/opencode-autoretry-e2e``) when missing;
@@ -11,8 +12,10 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import platform
 import subprocess
 import threading
 import time
@@ -25,7 +28,7 @@ from typing import Any
 
 from opencode_autoretry.plugin_bridge import install
 
-OPENCODE_VERSION = "1.18.33"
+OPENCODE_VERSION = "1.18.33"  # the pinned latest; ``wanted_version()`` may ask for another
 LISTENING = "opencode server listening on "
 
 
@@ -34,30 +37,75 @@ def cache_dir() -> Path:
     return Path(raw).expanduser()
 
 
-def ensure_opencode() -> Path:
+def wanted_version() -> str:
+    """``$AUTORETRY_E2E_OPENCODE_VERSION`` (e.g. ``1.17.11``), else the pinned latest."""
+    return os.environ.get("AUTORETRY_E2E_OPENCODE_VERSION") or OPENCODE_VERSION
+
+
+def platform_package() -> str:
+    """npm's name for OpenCode's prebuilt binary on this machine (``opencode-linux-x64``)."""
+    system = {"Linux": "linux", "Darwin": "darwin"}.get(platform.system(), "windows")
+    machine = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64"}.get(
+        platform.machine().lower(), platform.machine().lower()
+    )
+    return f"opencode-{system}-{machine}"
+
+
+def _npm_install(prefix: Path, package: str) -> None:
+    prefix.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(prefix), package],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+
+def installed_binary(version: str) -> Path:
+    """Where ``ensure_opencode`` keeps ``version``. The pinned one comes from ``opencode-ai``
+    (its launcher + optional platform package); an older one from the platform package alone,
+    in ``opencode-VERSION/`` of the cache: ``opencode-ai@1.17.20`` does not install here,
+    because the registry lacks its optional platform packages (issue 11)."""
+    if version == OPENCODE_VERSION:
+        return cache_dir() / "node_modules" / ".bin" / "opencode"
+    package = cache_dir() / f"opencode-{version}" / "node_modules" / platform_package()
+    return package / "bin" / "opencode"
+
+
+def install_opencode(version: str) -> Path:
+    binary = installed_binary(version)
+    # The suite runs on two pytest-xdist workers: on a fresh machine both would npm-install into
+    # the same cache at once, so the first installs and the other waits for it.
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            if version == OPENCODE_VERSION:
+                _npm_install(cache_dir(), f"opencode-ai@{version}")
+            else:
+                _npm_install(cache_dir() / f"opencode-{version}",
+                             f"{platform_package()}@{version}")
+    return binary
+
+
+def binary_version(binary: Path) -> str:
+    done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    return done.stdout.strip()
+
+
+def ensure_opencode(version: str | None = None) -> Path:
+    """The binary of ``version`` (default ``wanted_version()``), installed when missing and
+    version checked; ``$AUTORETRY_E2E_OPENCODE`` names one explicitly (checked only when a
+    version is asked for by argument or ``$AUTORETRY_E2E_OPENCODE_VERSION``)."""
     explicit = os.environ.get("AUTORETRY_E2E_OPENCODE")
-    if explicit:
+    asked = version or os.environ.get("AUTORETRY_E2E_OPENCODE_VERSION")
+    if explicit and not asked:
         return Path(explicit)
-    binary = cache_dir() / "node_modules" / ".bin" / "opencode"
-    if not binary.exists():
-        cache_dir().mkdir(parents=True, exist_ok=True)
-        subprocess.run(
-            [
-                "npm",
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--prefix",
-                str(cache_dir()),
-                f"opencode-ai@{OPENCODE_VERSION}",
-            ],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    version = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
-    if version.stdout.strip() != OPENCODE_VERSION:
-        raise RuntimeError(f"{binary} is {version.stdout.strip()!r}, expected {OPENCODE_VERSION}")
+    want = asked or OPENCODE_VERSION
+    binary = Path(explicit) if explicit else install_opencode(want)
+    found = binary_version(binary)
+    if found != want:
+        raise RuntimeError(f"{binary} is {found!r}, expected {want}")
     return binary
 
 
@@ -134,6 +182,28 @@ def prepare_home(root: Path, provider_url: str) -> OpenCodeHome:
     )
     install.install(home.config_dir)
     return home
+
+
+PLUGIN_DEP = Path("node_modules") / "@opencode-ai" / "plugin"
+
+
+def warm_home(binary: Path, root: Path, provider_url: str) -> OpenCodeHome:
+    """``prepare_home`` + one start of ``binary``: OpenCode npm-installs ``@opencode-ai/plugin``
+    into its config dir on first start. Each version gets a home of its own (its own DB: an
+    older OpenCode must not open a newer one's)."""
+    home = prepare_home(root, provider_url)
+    with OpenCodeServer.start(binary, home) as server:
+        server.ok("GET", "/path")  # boots the project instance, which loads the plugins
+        _wait_for_path(home.config_dir / PLUGIN_DEP / "package.json", 180)
+    return home
+
+
+def _wait_for_path(path: Path, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} did not appear within {timeout}s")
+        time.sleep(0.1)  # polling a file OpenCode writes; nothing to wait on instead
 
 
 class EventLog:

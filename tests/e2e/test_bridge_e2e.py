@@ -60,7 +60,9 @@ def _toast(server, needle: str) -> dict[str, Any]:
     )
 
 
-def test_bridge_says_hello_and_streams_a_real_turn(provider, standin, start_opencode):
+def test_bridge_says_hello_and_streams_a_real_turn(
+    provider, standin, start_opencode, opencode_version
+):
     server = start_opencode(AUTORETRY_BRIDGE_STATS_MS="300")
     server.ok("GET", "/path")
     hello = standin.wait_connected().hello
@@ -69,7 +71,7 @@ def test_bridge_says_hello_and_streams_a_real_turn(provider, standin, start_open
         str(server.home.project),
         "global",
     )
-    assert hello.opencode == "1.18.33"
+    assert hello.opencode == opencode_version  # 1.18.33 unless another version is asked for
     assert hello.server_url == server.url + "/"  # serve really listens, so the URL is real
 
     session = server.create_session()["id"]

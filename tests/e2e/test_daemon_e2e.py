@@ -87,7 +87,13 @@ def toast(server, needle: str, timeout: float = 10) -> None:
 # Scenario 1: a gateway cut that OpenCode does not retry (HTTP 400 "Connection failed: Server
 # disconnected without sending a response.", 1 request), with the seed's default budgets. The
 # same default path also runs with a rate limit that OpenCode retries itself (6 requests).
-@pytest.mark.parametrize("fault, attempts", [("http400_disconnect", 1), ("http429:0.1", 6)])
+@pytest.mark.parametrize(
+    "fault, attempts",
+    [
+        ("http400_disconnect", 1),
+        pytest.param("http429:0.1", 6, marks=pytest.mark.opencode("gives_up")),
+    ],
+)
 def test_s1_failure_is_continued_after_the_default_backoff(
     fault, attempts, provider, daemon, start_opencode
 ):
@@ -143,6 +149,7 @@ def rate_limited(provider, times: int = 1) -> None:
     provider.script(["http429:0.1"] * 6 * times)
 
 
+@pytest.mark.opencode("gives_up")
 def test_s4_budget_is_two_per_turn_and_a_new_message_resets_it(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)
@@ -165,6 +172,7 @@ def test_s4_budget_is_two_per_turn_and_a_new_message_resets_it(provider, daemon,
     assert len(injected(server, session)) == 3
 
 
+@pytest.mark.opencode("gives_up")
 def test_s5_child_sessions_are_never_injected_and_hold_their_root(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)
@@ -191,6 +199,7 @@ def test_s5_child_sessions_are_never_injected_and_hold_their_root(provider, daem
     assert injected(server, child) == []
 
 
+@pytest.mark.opencode("gives_up")
 def test_s5_a_failing_subagent_is_never_injected(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)
@@ -222,6 +231,7 @@ def test_s6_user_abort_is_not_continued(provider, daemon, start_opencode):
     assert injections(d, session) == [] and len(provider.requests()) == 1
 
 
+@pytest.mark.opencode("session_permission_rules")
 def test_s8_waiting_for_a_permission_is_left_alone(provider, daemon, start_opencode):
     d = daemon(config="stall_timeout = 2.0\n" + FAST_CONFIG)
     server = connect(start_opencode, d)
@@ -235,6 +245,7 @@ def test_s8_waiting_for_a_permission_is_left_alone(provider, daemon, start_openc
     assert len(provider.requests()) == 1
 
 
+@pytest.mark.opencode("gives_up")
 def test_s2_stream_reset_waits_for_opencodes_own_retries(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)
@@ -258,6 +269,7 @@ def test_s2_stream_reset_waits_for_opencodes_own_retries(provider, daemon, start
     assert len(injected(server, session)) == 1
 
 
+@pytest.mark.opencode("gives_up")
 def test_s7_rate_limit_continue_waits_for_retry_after(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)
@@ -275,6 +287,7 @@ def test_s7_rate_limit_continue_waits_for_retry_after(provider, daemon, start_op
     assert (decision.due - decision.at).total_seconds() >= 7.0
 
 
+@pytest.mark.opencode("gives_up")
 def test_s9_daemon_killed_during_backoff_injects_exactly_once(provider, daemon, start_opencode):
     slow = FAST_CONFIG.replace(
         "[budgets.rate_limit]\ninitial_delay = 1.0\nmax_delay = 1.0",
@@ -302,6 +315,7 @@ def test_s9_daemon_killed_during_backoff_injects_exactly_once(provider, daemon, 
     assert [i.state for i in injections(d, session)] == ["confirmed"]
 
 
+@pytest.mark.opencode("loops_without_finish_reason")
 def test_s10_endless_unknown_finish_loop_is_aborted(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)

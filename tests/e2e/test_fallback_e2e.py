@@ -58,6 +58,7 @@ def trace(d, session: str) -> str:
     return done.stdout
 
 
+@pytest.mark.opencode("quota_is_final")
 def test_a_hard_quota_continues_on_the_next_model(provider, daemon, start_opencode):
     d = daemon(config=config())
     server = connect(start_opencode, d)
@@ -92,6 +93,7 @@ def test_a_hard_quota_continues_on_the_next_model(provider, daemon, start_openco
     assert unnamed == "fake-model"
 
 
+@pytest.mark.opencode("quota_is_final")
 def test_a_chain_used_up_gives_up_once(provider, daemon, start_opencode, sink):
     d = daemon(config=config(sink))
     server = connect(start_opencode, d)
@@ -110,6 +112,7 @@ def test_a_chain_used_up_gives_up_once(provider, daemon, start_opencode, sink):
     assert len(injected(server, session)) == 1
 
 
+@pytest.mark.opencode("quota_is_final")
 def test_a_child_or_a_switched_off_session_keeps_its_model(provider, daemon, start_opencode):
     d = daemon(config=config())
     server = connect(start_opencode, d)

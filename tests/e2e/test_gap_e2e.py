@@ -25,6 +25,7 @@ def owners(d: DaemonProcess) -> dict[str, int]:
     return dict(beat.info.get("owners", {})) if beat is not None else {}
 
 
+@pytest.mark.opencode("gives_up")
 def test_faults_that_end_while_the_daemon_is_down_are_continued_once(
     provider, daemon, start_opencode
 ):

@@ -53,6 +53,7 @@ def _confirmed(d: DaemonProcess, session: str) -> bool:
     find_chromium() is None,
     reason="chromium is not installed and could not be (apt-get install chromium)",
 )
+@pytest.mark.opencode("gives_up")
 def test_recovered_session_timeline_renders_in_chromium(
     provider, daemon, start_opencode, tmp_path: Path
 ) -> None:
