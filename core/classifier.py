@@ -162,6 +162,8 @@ def _classify_step(step: Message, live: LiveFacts | None) -> tuple[Kind, str]:
         return Kind.RUNNING, "a tool call is still pending or running"
     if finish is None:
         if step.time_completed is not None:
+            if live is not None and live.stopped_in_retry:
+                return Kind.USER_ABORT, "stopped by the user during OpenCode's retry back-off"
             return Kind.SILENT, "no finish and no error (likely aborted in a retry back-off)"
         return Kind.ORPHAN, "the step never completed and no process is working on it"
     if finish == "tool-calls":

@@ -221,6 +221,9 @@ class LiveFacts:
     permission_pending: bool = False
     question_pending: bool = False
     child_busy: bool = False
+    # The owner went idle straight out of OpenCode's retry back-off and autoretry had not asked
+    # for an abort: only a stop pressed by the user (or another client) ends a back-off that way.
+    stopped_in_retry: bool = False
 
 
 class Kind(StrEnum):

@@ -317,8 +317,9 @@ class Loop:
             if view.status not in (BUSY, RETRY) and view.abort_requested is None:
                 self._cancel(view, should_cancel_pending(pending, PendingEvent.SESSION_BUSY), now)
             view.status, view.retry_next = BUSY, None
+            view.stopped_in_retry = False
         elif kind == RETRY:
-            view.status = RETRY
+            view.status, view.stopped_in_retry = RETRY, False
             nxt = status.get("next")
             view.retry_next = datetime.fromtimestamp(nxt / 1000, tz=now.tzinfo) if isinstance(
                 nxt, int | float) else None
@@ -329,6 +330,9 @@ class Loop:
             self.actions.cancel_open(view.session_id, now, reason)
 
     def _on_idle(self, view: SessionView, now: datetime) -> None:
+        # OpenCode leaves a retry back-off only by trying again (busy), by a final error (judged
+        # from it) or by an abort: one we did not ask for is the user's (no error row says so).
+        view.stopped_in_retry = view.status == RETRY and view.abort_requested is None
         view.status = IDLE
         view.retry_next = None
         view.tools_running.clear()

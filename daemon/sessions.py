@@ -41,6 +41,7 @@ class SessionView:
     model: Mapping[str, str] | None = None
     variant: str | None = None
     headless: bool = False  # last owned by an `autoretry exec` run: exec sends, never the daemon
+    stopped_in_retry: bool = False  # idle straight from a retry back-off we did not abort
 
     @property
     def busy(self) -> bool:
@@ -109,6 +110,7 @@ class Sessions:
             permission_pending=bool(view.permissions),
             question_pending=bool(view.questions),
             child_busy=self.child_busy(session_id),
+            stopped_in_retry=view.stopped_in_retry,
         )
 
 

@@ -369,3 +369,11 @@ def test_econnreset_reason_names_the_code() -> None:
 def test_non_error_verdict_has_no_hint_or_error() -> None:
     verdict = classify(turn(step(out=0)), IDLE, now=NOW)
     assert (verdict.retry_after_ms, verdict.error) == (None, None)
+
+
+def test_a_stop_pressed_in_opencodes_retry_back_off_is_a_user_abort() -> None:
+    # The same row (no finish, no error, completed) is silent without the live facts.
+    row = turn(step(finish=None, out=0))
+    assert classify(row, LiveFacts(stopped_in_retry=True)).kind is Kind.USER_ABORT
+    assert classify(row, LiveFacts()).kind is Kind.SILENT
+    assert classify(row, None).kind is Kind.SILENT
