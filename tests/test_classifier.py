@@ -374,6 +374,6 @@ def test_non_error_verdict_has_no_hint_or_error() -> None:
 def test_a_stop_pressed_in_opencodes_retry_back_off_is_a_user_abort() -> None:
     # The same row (no finish, no error, completed) is silent without the live facts.
     row = turn(step(finish=None, out=0))
-    assert classify(row, LiveFacts(stopped_in_retry=True)).kind is Kind.USER_ABORT
-    assert classify(row, LiveFacts()).kind is Kind.SILENT
-    assert classify(row, None).kind is Kind.SILENT
+    assert classify(row, LiveFacts(stopped_in_retry=True), now=NOW).kind is Kind.USER_ABORT
+    assert classify(row, LiveFacts(), now=NOW).kind is Kind.SILENT
+    assert classify(row, None, now=NOW).kind is Kind.SILENT
