@@ -136,16 +136,19 @@ class SpySampler:
             self._proc.wait(timeout=30)
 
 
-def lines_read(daemon: DefaultDaemon) -> tuple[float, int]:
-    """(heartbeat time, bridge lines the daemon had read then): its heartbeat every 5 s."""
-    view = daemon.store()
-    try:
-        beat = view.heartbeat()
-    finally:
-        view.close()
-    if beat is None:
-        return 0.0, 0
-    return beat.at.timestamp(), int(beat.info.get("lines", {}).get("lines", 0))
+def lines_read(daemon: DefaultDaemon, after: float = 0.0) -> tuple[float, int]:
+    """(heartbeat time, bridge lines the daemon had read then), from the first heartbeat
+    written after ``after`` (epoch s; the daemon beats every 5 s)."""
+    deadline = time.monotonic() + 8.0
+    while True:
+        view = daemon.store()
+        try:
+            beat = view.heartbeat()
+        finally:
+            view.close()
+        if beat is not None and (beat.at.timestamp() > after or time.monotonic() > deadline):
+            return beat.at.timestamp(), int(beat.info.get("lines", {}).get("lines", 0))
+        time.sleep(0.5)  # polls the store file, not the daemon: nothing else to wait on
 
 
 def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvider,
@@ -167,7 +170,7 @@ def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProv
     )
     usage = sampler.end()
     profiler.stop()
-    beat1 = lines_read(daemon)
+    beat1 = lines_read(daemon, after=time.time())  # streams still run: the others go on
     line_rate = (beat1[1] - beat0[1]) / max(beat1[0] - beat0[0], 1e-9)
     rate = (provider.chunks - chunks0) / usage.wall
     published = (len(server.events.of_type("message.part.delta")) - published0) / usage.wall
