@@ -21,7 +21,8 @@ from typing import Any, ClassVar
 
 from opencode_autoretry.diagnostics.step_index import CandidateRow, StepIndex
 from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows
-from opencode_autoretry.models import to_epoch_ms
+from opencode_autoretry.diagnostics.trace import Outcome, message_links
+from opencode_autoretry.models import Message, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import (
     MARKED_PART_TEXT,
@@ -195,7 +196,7 @@ class GroupMemo:
         found.sort(key=lambda c: (c.step.time_created, c.step.id))
         return found
 
-    def _recall(self, key: str, session_id: str, now: datetime) -> list[ClassifiedStep] | None:
+    def _recall(self, key: str, session_id: str, now: datetime) -> Any:
         entry = self._entries.get(key)
         if entry is None:
             self.misses += 1
@@ -208,21 +209,36 @@ class GroupMemo:
             self.misses += 1
             return None
         self.hits += 1
-        items: list[ClassifiedStep] = pickle.loads(blob)
-        return items
+        return pickle.loads(blob)
 
     def _remember(
         self, key: str, session_id: str, items: list[ClassifiedStep], now: datetime
     ) -> None:
         """Kept only once the clock no longer matters: every step older than SETTLE."""
-        if not items:
-            return
-        valid_from = max(to_epoch_ms(i.step.time_created) for i in items) + _SETTLE_MS
+        if items:
+            since = max(to_epoch_ms(i.step.time_created) for i in items) + _SETTLE_MS
+            self._keep(key, session_id, items, since, now)
+
+    def _keep(self, key: str, session_id: str, value: Any, valid_from: int, now: datetime) -> None:
         if to_epoch_ms(now) < valid_from:
-            return
-        blob = pickle.dumps(items, protocol=pickle.HIGHEST_PROTOCOL)
+            return  # it may still change with the clock alone
+        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         gen = self._gens.get(session_id, 0)
         self._new.append((key, session_id, gen, valid_from, blob))
+
+    def links(
+        self, db: OpenCodeDB, message: Message, now: datetime
+    ) -> tuple[ClassifiedStep | None, Outcome]:
+        """``trace``'s ``message_links``, remembered per continuation message."""
+        key, session_id = f"links\0{message.id}", message.session_id
+        remembered = self._recall(key, session_id, now)
+        if remembered is not None:
+            trigger, outcome = remembered
+            return trigger, outcome
+        trigger, outcome = message_links(db, message, now)
+        since = to_epoch_ms(trigger.step.time_created) + _SETTLE_MS if trigger else 0
+        self._keep(key, session_id, (trigger, outcome), since, now)
+        return trigger, outcome
 
     def flush(self) -> None:
         """Write what was learnt (one transaction; a failure only loses the memo)."""

@@ -46,7 +46,7 @@ def reports(db: OpenCodeDB, now: datetime, memo: object = None) -> list[str]:
         )
         for days in (0, 7)
     ]
-    return [*found, trace_json(build_trace(db, RECORDS, now=now))]
+    return [*found, trace_json(build_trace(db, RECORDS, now=now, memo=memo))]  # type: ignore[arg-type]
 
 
 def reference(path: Path, now: datetime) -> list[str]:
