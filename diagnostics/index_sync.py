@@ -58,7 +58,7 @@ def _identity(path: Path) -> tuple[str, str]:
     return str(stat.st_dev), str(stat.st_ino)
 
 
-def stale_reason(meta: dict[str, str], db: IndexSource) -> str | None:
+def stale_reason(meta: dict[str, str], db: IndexSource, counts: dict[str, int]) -> str | None:
     """Why the index cannot be brought up to date incrementally (None: it can)."""
     if meta.get("version") != INDEX_VERSION:
         return "new index" if not meta else "index format changed"
@@ -70,7 +70,7 @@ def stale_reason(meta: dict[str, str], db: IndexSource) -> str | None:
         rowid = int(meta[f"{table}_rowid"])
         if rowid and db.id_at(table, rowid) != meta[f"{table}_id"]:
             return f"the {table} rows were renumbered (VACUUM) or deleted"
-        if db.count(table) != int(meta[f"{table}_count"]) + db.count_after(table, rowid):
+        if counts[table] != int(meta[f"{table}_count"]) + db.count_after(table, rowid):
             return f"{table} rows were deleted"
     return None
 
@@ -85,15 +85,16 @@ def sync(
         db.begin()
         try:
             meta = index.meta()
-            reason = "asked" if rebuild else stale_reason(meta, db)
             marks = {t: db.max_rowid(t) for t in ("message", "part")}
+            counts = {t: db.count(t) for t in ("message", "part")}  # one scan each: once
+            reason = "asked" if rebuild else stale_reason(meta, db, counts)
             if reason is not None:
                 index.clear()
                 news = _build(index, db, marks, progress)
             else:
                 news = _catch_up(index, db, meta, marks)
             reopened = _reread_open(index, db)
-            index.set_meta(_meta(db, marks))
+            index.set_meta(_meta(db, marks, counts))
         finally:
             db.end()
         index.conn.execute("COMMIT")
@@ -103,13 +104,13 @@ def sync(
     return SyncResult(reason, news[0], news[1], reopened, time.perf_counter() - started)
 
 
-def _meta(db: IndexSource, marks: dict[str, int]) -> dict[str, str]:
+def _meta(db: IndexSource, marks: dict[str, int], counts: dict[str, int]) -> dict[str, str]:
     dev, ino = _identity(db.path)
     meta = {"version": INDEX_VERSION, "db_path": str(db.path.resolve()), "dev": dev, "ino": ino}
     for table, rowid in marks.items():
         meta[f"{table}_rowid"] = str(rowid)
         meta[f"{table}_id"] = db.id_at(table, rowid) or "" if rowid else ""
-        meta[f"{table}_count"] = str(db.count(table) - db.count_after(table, rowid))
+        meta[f"{table}_count"] = str(counts[table])  # the same snapshot: none above ``rowid``
     return meta
 
 

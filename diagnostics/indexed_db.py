@@ -97,6 +97,14 @@ class IndexedDB(IndexSource):
             opened.close()
         super().close()
 
+    def count(self, table: str) -> int:
+        """The sync counted the rows up to its watermarks; only those above are counted."""
+        if table not in ("message", "part"):
+            return super().count(table)
+        self._index()
+        mark = self._mark(table)
+        return int(self._meta.get(f"{table}_count", "0")) + self.count_after(table, mark)
+
     def step_candidates(
         self, cut: datetime | None, rowids: tuple[int, int] | None = None
     ) -> list[MessageRow]:

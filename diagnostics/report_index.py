@@ -18,7 +18,12 @@ from pathlib import Path
 
 from opencode_autoretry.diagnostics.index_sync import SyncResult, sync
 from opencode_autoretry.diagnostics.indexed_db import GroupMemo, IndexedDB
-from opencode_autoretry.diagnostics.step_index import IndexError_, StepIndex, index_file
+from opencode_autoretry.diagnostics.step_index import (
+    CorruptIndex,
+    IndexError_,
+    StepIndex,
+    index_file,
+)
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.index_source import IndexSource
 
@@ -41,7 +46,7 @@ def refresh(
     for attempt in (1, 2):
         try:
             return file, _sync_file(file, db_path, progress, rebuild)
-        except sqlite3.DatabaseError as exc:  # a corrupt or foreign file: start again once
+        except (sqlite3.DatabaseError, CorruptIndex) as exc:  # a corrupt file: start again once
             if attempt == 2 or isinstance(exc, sqlite3.OperationalError):
                 raise IndexError_(f"report index {file}: {exc}") from exc
             _remove(file)

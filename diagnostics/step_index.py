@@ -60,6 +60,10 @@ class IndexError_(Exception):
     """The index file cannot be used (the caller scans instead)."""
 
 
+class CorruptIndex(IndexError_):
+    """The file is not an SQLite database: delete it and build again."""
+
+
 def index_file(state_dir: Path, db_path: Path) -> Path:
     """Where the index of ``db_path`` lives (one file per OpenCode DB)."""
     key = hashlib.sha1(str(Path(db_path).expanduser().resolve()).encode()).hexdigest()[:16]
@@ -89,6 +93,10 @@ class StepIndex:
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
                 conn.executescript(_SCHEMA)
+        except sqlite3.OperationalError as exc:  # locked, unreadable, no space
+            raise IndexError_(f"cannot open the report index {path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:  # not a database (any more)
+            raise CorruptIndex(f"the report index {path} is corrupt: {exc}") from exc
         except (OSError, sqlite3.Error) as exc:
             raise IndexError_(f"cannot open the report index {path}: {exc}") from exc
         conn.isolation_level = None  # transactions are explicit (index_sync, IndexedDB)
