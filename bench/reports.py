@@ -369,13 +369,15 @@ def indexed(path: Path, state: Path, build: Callable[[OpenCodeDB, GroupMemo], st
         save(prepared)
 
 
-def index_reports() -> dict[str, Callable[[OpenCodeDB, GroupMemo], str]]:
+def index_reports(limit: int = 20) -> dict[str, Callable[[OpenCodeDB, GroupMemo], str]]:
+    """The timed reports (``--limit 20`` as the CLI's default and measure(); ``limit=0`` for
+    the reference check, which compares every row)."""
     records, bridge = DaemonRecords(), Path("/nonexistent/autoretry.js")
 
     def diagnose(days: int) -> Callable[[OpenCodeDB, GroupMemo], str]:
         return lambda db, memo: diagnose_json(
             build_diagnose(db, records, now=NOW, days=days, bridge_path=bridge, memo=memo),
-            limit=0,
+            limit=limit,
         )
 
     return {
@@ -400,7 +402,7 @@ def measure_index(path: Path, repeat: int, check: bool) -> dict[str, tuple[float
             lambda b=build: indexed(path, state, b), repeat
         )
     if check:
-        for name, build in builds.items():
+        for name, build in index_reports(limit=0).items():
             ours = indexed(path, state, build)
             days = 0 if name != "diagnose 7" else 7
             theirs = (

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import pickle
+from dataclasses import replace
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, ClassVar
 from opencode_autoretry.diagnostics.step_index import CandidateRow, StepIndex
 from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows
 from opencode_autoretry.diagnostics.trace import Outcome, message_links
-from opencode_autoretry.models import Message, to_epoch_ms
+from opencode_autoretry.models import Message, Turn, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import (
     MARKED_PART_TEXT,
@@ -225,7 +226,7 @@ class GroupMemo:
         """Kept only once the clock no longer matters: every step older than SETTLE."""
         if items:
             since = max(to_epoch_ms(i.step.time_created) for i in items) + _SETTLE_MS
-            self._keep(key, session_id, items, since, now)
+            self._keep(key, session_id, [lean_step(i) for i in items], since, now)
 
     def _keep(self, key: str, session_id: str, value: Any, valid_from: int, now: datetime) -> None:
         if to_epoch_ms(now) < valid_from:
@@ -245,7 +246,8 @@ class GroupMemo:
             return trigger, outcome
         trigger, outcome = message_links(db, message, now)
         since = to_epoch_ms(trigger.step.time_created) + _SETTLE_MS if trigger else 0
-        self._keep(key, session_id, (trigger, outcome), since, now)
+        kept = lean_step(trigger, keep_parts=True) if trigger else None
+        self._keep(key, session_id, (kept, outcome), since, now)
         return trigger, outcome
 
     def flush(self) -> None:
@@ -262,6 +264,15 @@ class GroupMemo:
         finally:
             index.close()
         self._new = []
+
+
+def lean_step(item: ClassifiedStep, keep_parts: bool = False) -> ClassifiedStep:
+    """What the reports read of a classified step, without what only the classifier read:
+    the earlier steps of its turn, and (for diagnose) its parts. A memo hit then rebuilds a
+    few objects per step instead of a whole turn (unpickling was most of a warm run)."""
+    step = item.step if keep_parts else replace(item.step, parts=())
+    turn = Turn(item.turn.session_id, item.turn.user, (step,))
+    return replace(item, step=step, turn=turn)
 
 
 def _key(
