@@ -44,7 +44,7 @@ class IndexKeeper:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 1.0) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -80,21 +80,20 @@ class IndexKeeper:
     def _update(self) -> bool:
         import sqlite3
 
-        from opencode_autoretry.diagnostics.report_index import prepare, save
+        from opencode_autoretry.diagnostics.indexed_db import GroupMemo, IndexedDB
+        from opencode_autoretry.diagnostics.report_index import refresh
         from opencode_autoretry.diagnostics.step_index import IndexError_
 
-        prepared = prepare(self.db_path, self.state_dir)
-        if prepared is None:
-            raise IndexError_("the index or OpenCode's DB cannot be read")
-        result = prepared.sync
-        if self.rounds and not (result.rebuilt or result.new_messages or result.new_parts
-                                or result.reopened):
-            return False
         try:
-            self._warm(prepared.reader, prepared.memo)
+            file, result = refresh(self.db_path, self.state_dir)
+            if self.rounds and not (result.rebuilt or result.new_messages or result.new_parts
+                                    or result.reopened):
+                return False
+            memo = GroupMemo(file)
+            self._warm(IndexedDB.bound(file), memo)
+            memo.flush()
         except sqlite3.Error as exc:
             raise IndexError_(str(exc)) from exc
-        save(prepared)
         return True
 
     def _warm(self, reader: type, memo: object) -> None:
