@@ -97,7 +97,9 @@ class Walk:
         user = rows.user(sid)
         for _ in range(rng.randint(0, 2)):
             rows.assistant(sid, user, finish="tool-calls", tools=[("bash", "completed")])
-        kind = rng.choice(["ok", "ok", "blank", "error", "abort", "markup", "loop", "open", "len"])
+        kind = rng.choice(
+            ["ok", "ok", "blank", "error", "abort", "markup", "loop", "open", "open", "len"]
+        )
         if kind == "loop":
             for _ in range(rng.randint(5, 7)):
                 rows.assistant(sid, user, finish="unknown", toks=tokens(100, 0), text="")
@@ -158,6 +160,25 @@ class Walk:
         self.conn.execute(
             "UPDATE message SET data = ?, time_updated = ? WHERE id = ?",
             (dumps(data), ms + 900, mid),
+        )
+
+    def stream_open_step(self) -> None:
+        """An open step's text part rewritten in place (streaming), or the step failing."""
+        if not self.open_steps:
+            return
+        mid, _ = self.rng.choice(self.open_steps)
+        if self.rng.random() < 0.3:  # it ends with an error (and time.completed)
+            self.open_steps.remove((mid, _))
+            raw = self.conn.execute("SELECT data FROM message WHERE id = ?", (mid,)).fetchone()
+            data = json.loads(raw[0])
+            data["error"] = api_error("Connection reset by server", code="ECONNRESET")
+            data["time"]["completed"] = data["time"]["created"] + 700
+            self.conn.execute("UPDATE message SET data = ? WHERE id = ?", (dumps(data), mid))
+            return
+        text = self.rng.choice(["Working", "<function_calls>", "Working on it"])
+        self.conn.execute(
+            "UPDATE part SET data = ? WHERE message_id = ? AND data LIKE '%\"text\"%'",
+            (dumps({"type": "text", "text": text, "time": {"start": 1}}), mid),
         )
 
     def _session_of(self, mid: str) -> str:
@@ -221,13 +242,14 @@ class Walk:
                 "new_session",
                 "turn",
                 "end_open_step",
+                "stream_open_step",
                 "part_on_old_message",
                 "delete_session",
                 "vacuum",
                 "replace_file",
                 "nothing",
             ],
-            weights=[3, 6, 4, 2, 1, 1, 1, 2],
+            weights=[3, 6, 4, 3, 2, 1, 1, 1, 2],
         )[0]
         if action == "turn" and self.sessions:
             self.turn(self.rng.choice(self.sessions))

@@ -20,7 +20,9 @@ from opencode_autoretry.diagnostics.trace import build_trace
 REPORTS = (
     ("diagnose", "0", "--json", "--limit", "0"),
     ("diagnose", "--json"),
+    ("diagnose", "0"),  # the text too
     ("trace", "0", "--json"),
+    ("trace", "0"),
 )
 
 
