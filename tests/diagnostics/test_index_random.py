@@ -3,8 +3,8 @@
 A seeded random walk over an OpenCode DB (new sessions and turns, open steps that end later,
 parts added to older messages, continuations, sessions deleted, VACUUM, the file replaced,
 the clock moving on or standing within ``SETTLE`` of the newest steps); after each change the
-index-based ``diagnose 0``, ``diagnose 7`` and ``trace 0`` (``--json --limit 0``) must equal
-the reference: ``diagnose`` built on ``ExhaustiveDB`` (every row parsed), ``trace`` on the
+index-based ``diagnose 0``, ``diagnose 7``, ``trace 0`` and ``trace 7`` (``--json --limit 0``)
+must equal the reference: ``diagnose`` built on ``ExhaustiveDB`` (every row parsed), ``trace`` on the
 plain scan.
 """
 
@@ -46,14 +46,19 @@ def reports(db: OpenCodeDB, now: datetime, memo: object = None) -> list[str]:
         )
         for days in (0, 7)
     ]
-    return [*found, trace_json(build_trace(db, RECORDS, now=now, memo=memo))]  # type: ignore[arg-type]
+    week = now - timedelta(days=7)
+    return [
+        *found,
+        trace_json(build_trace(db, RECORDS, now=now, memo=memo)),  # type: ignore[arg-type]
+        trace_json(build_trace(db, RECORDS, now=now, since=week, days=7, memo=memo)),  # type: ignore[arg-type]
+    ]
 
 
 def reference(path: Path, now: datetime) -> list[str]:
     exhaustive = ExhaustiveDB.open(path)
     plain = OpenCodeDB.open(path)
     try:
-        return [*reports(exhaustive, now)[:2], reports(plain, now)[2]]
+        return [*reports(exhaustive, now)[:2], *reports(plain, now)[2:]]
     finally:
         exhaustive.close()
         plain.close()
@@ -279,7 +284,7 @@ def test_index_matches_the_exhaustive_reference_after_random_updates(
             rebuilt.append(f"{number}:{action}:{why}")
         expected = reference(walk.path, now)
         for name, ours, theirs in zip(
-            ("diagnose 0", "diagnose 7", "trace 0"), found, expected, strict=True
+            ("diagnose 0", "diagnose 7", "trace 0", "trace 7"), found, expected, strict=True
         ):
             assert ours == theirs, f"step {number} ({action}), {name} differs"
     walk.rows.close()
