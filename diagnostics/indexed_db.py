@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import pickle
-from dataclasses import replace
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
