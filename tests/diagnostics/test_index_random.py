@@ -4,8 +4,8 @@ A seeded random walk over an OpenCode DB (new sessions and turns, open steps tha
 parts added to older messages, continuations, sessions deleted, VACUUM, the file replaced,
 the clock moving on or standing within ``SETTLE`` of the newest steps); after each change the
 index-based ``diagnose 0``, ``diagnose 7``, ``trace 0`` and ``trace 7`` (``--json --limit 0``)
-must equal the reference: ``diagnose`` built on ``ExhaustiveDB`` (every row parsed), ``trace`` on the
-plain scan.
+must equal the reference: ``diagnose`` built on ``ExhaustiveDB`` (every row parsed),
+``trace`` on the plain scan.
 """
 
 from __future__ import annotations
