@@ -99,7 +99,8 @@ def sync(
             db.end()
         index.conn.execute("COMMIT")
     except BaseException:
-        index.conn.execute("ROLLBACK")
+        if index.conn.in_transaction:
+            index.conn.execute("ROLLBACK")
         raise
     return SyncResult(reason, news[0], news[1], reopened, time.perf_counter() - started)
 
