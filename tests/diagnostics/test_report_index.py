@@ -105,3 +105,17 @@ def test_the_keeper_thread_stops_and_survives_a_missing_db(tmp_path: Path) -> No
     assert keeper.rounds == 0
     keeper.start()
     keeper.stop()
+
+
+def test_the_first_build_reports_its_progress_and_a_sync_does_not(
+    fresh_seeded: Seeded, tmp_path: Path
+) -> None:
+    from opencode_autoretry.diagnostics.report_index import refresh
+
+    calls: list[tuple[int, int]] = []
+    _, built = refresh(fresh_seeded.db, tmp_path, progress=lambda d, t: calls.append((d, t)))
+    assert built.rebuilt == "new index"
+    assert calls and calls[-1][0] == calls[-1][1]  # every range read, the bar full
+    calls.clear()
+    _, synced = refresh(fresh_seeded.db, tmp_path, progress=lambda d, t: calls.append((d, t)))
+    assert synced.rebuilt is None and synced.new_messages == 0 and not calls
