@@ -18,9 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -29,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "diagnostics"))
 
-from exhaustive_db import reference_verdict  # noqa: E402
+from exhaustive_db import ExhaustiveDB, diagnose_report, reference_verdict  # noqa: E402
 from opencode_rows import (  # noqa: E402
     BASE_MS,
     PROJECT_ID,
@@ -51,7 +53,9 @@ from opencode_rows import (  # noqa: E402
 
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json  # noqa: E402
 from opencode_autoretry.diagnostics.errors import build_errors, errors_json  # noqa: E402
+from opencode_autoretry.diagnostics.indexed_db import GroupMemo  # noqa: E402
 from opencode_autoretry.diagnostics.records import DaemonRecords  # noqa: E402
+from opencode_autoretry.diagnostics.report_index import prepare, save  # noqa: E402
 from opencode_autoretry.diagnostics.timeline import build_timeline, timeline_json  # noqa: E402
 from opencode_autoretry.diagnostics.trace import build_trace, trace_json  # noqa: E402
 from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
@@ -343,6 +347,100 @@ def measure(path: Path, repeat: int) -> dict[str, tuple[float, float, float]]:
     }
 
 
+def drop_caches() -> str:
+    """Empty the page cache (root only) so the next run reads the DB from the disk."""
+    try:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return "page cache dropped"
+    except OSError as exc:
+        return f"page cache NOT dropped ({exc}): the cold figures are warm"
+
+
+def indexed(path: Path, state: Path, build: Callable[[OpenCodeDB, GroupMemo], str]) -> str:
+    """One report run on the report index: sync it, build the report, keep the memo."""
+    prepared = prepare(path, state)
+    assert prepared is not None, "the report index could not be used"
+    db = prepared.reader.open(path)
+    try:
+        return build(db, prepared.memo)
+    finally:
+        db.close()
+        save(prepared)
+
+
+def index_reports(limit: int = 20) -> dict[str, Callable[[OpenCodeDB, GroupMemo], str]]:
+    """The timed reports (``--limit 20`` as the CLI's default and measure(); ``limit=0`` for
+    the reference check, which compares every row)."""
+    records, bridge = DaemonRecords(), Path("/nonexistent/autoretry.js")
+
+    def diagnose(days: int) -> Callable[[OpenCodeDB, GroupMemo], str]:
+        return lambda db, memo: diagnose_json(
+            build_diagnose(db, records, now=NOW, days=days, bridge_path=bridge, memo=memo),
+            limit=limit,
+        )
+
+    return {
+        "diagnose 0": diagnose(0),
+        "diagnose 7": diagnose(7),
+        "trace 0": lambda db, memo: trace_json(build_trace(db, records, now=NOW, memo=memo)),
+    }
+
+
+def measure_index(path: Path, repeat: int, check: bool) -> dict[str, tuple[float, float, float]]:
+    """Cold first runs (the seed's queries, then the index build) and the later runs."""
+    state = Path(tempfile.mkdtemp(prefix="autoretry-index-"))
+    print(drop_caches())
+    results = {"prior art diagnose 0, cold": timed(lambda: prior_art_diagnose(path, 0), 1)}
+    print(drop_caches())
+    builds = index_reports()
+    results["index: diagnose 0, first run (cold)"] = timed(
+        lambda: indexed(path, state, builds["diagnose 0"]), 1
+    )
+    for name, build in builds.items():
+        results[f"index: {name}, later runs"] = timed(
+            lambda b=build: indexed(path, state, b), repeat
+        )
+    if check:
+        for name, build in index_reports(limit=0).items():
+            ours = indexed(path, state, build)
+            days = 0 if name != "diagnose 7" else 7
+            theirs = (
+                diagnose_report(ExhaustiveDB, path, now=NOW, days=days)
+                if name.startswith("diagnose")
+                else plain_trace(path)
+            )
+            print(f"index: {name} same as the reference: {ours == theirs}")
+            if ours != theirs:
+                sys.exit(1)
+    shutil.rmtree(state, ignore_errors=True)
+    return results
+
+
+def plain_trace(path: Path) -> str:
+    db = OpenCodeDB.open(path)
+    try:
+        return trace_json(build_trace(db, DaemonRecords(), now=NOW))
+    finally:
+        db.close()
+
+
+def print_index_ratios(results: dict[str, tuple[float, float, float]]) -> None:
+    cold = results["prior art diagnose 0, cold"][0]
+    first = results["index: diagnose 0, first run (cold)"][0]
+    print(f"index first run (cold) vs the seed's queries (cold): {cold / first:.1f}x")
+    seed0 = results["prior art diagnose 0 (6 checks)"][1]
+    for name, seed in (("diagnose 0", "0"), ("diagnose 7", "7"), ("trace 0", "0")):
+        ours, art = (
+            results[f"index: {name}, later runs"],
+            results[f"prior art diagnose {seed} (6 checks)"],
+        )
+        print(
+            f"index {name} later runs vs the seed's diagnose {seed}: {art[1] / ours[1]:.0f}x "
+            f"(median wall), vs the seed's diagnose 0: {seed0 / ours[1]:.0f}x"
+        )
+
+
 def check_diagnose(path: Path) -> bool:
     """Whether the fast prefilters give the same reports (0 and 7 days) as parsing every row."""
     verdicts = [reference_verdict(path, now=NOW, days=days) for days in (0, 7)]
@@ -374,6 +472,12 @@ def main() -> None:
     parser.add_argument("--sizes", default="100000,1000000")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--check", action="store_true", help="compare with the reference first")
+    parser.add_argument(
+        "--index",
+        action="store_true",
+        help="also time the report index: cold first run vs the seed's cold queries, later "
+        "runs (with --check: the index's reports compared with the reference)",
+    )
     args = parser.parse_args()
     base = Path(os.environ.get("BENCH_DIR") or "/tmp/autoretry-bench")
     base.mkdir(parents=True, exist_ok=True)
@@ -384,14 +488,17 @@ def main() -> None:
         path = ensure_db(size, base)
         mb = path.stat().st_size / 2**20
         print(f"\n{size:,} messages, {mb:,.0f} MB ({path})")
-        if args.check and not check_diagnose(path):
+        if args.check and not args.index and not check_diagnose(path):  # --index: below
             sys.exit(1)
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         print(f"{'report':34} {'first':>9} {'median':>9} {'cpu':>9}")
-        results = measure(path, args.repeat)
+        results = measure_index(path, args.repeat, args.check) if args.index else {}
+        results |= measure(path, args.repeat)
         for name, (first, median, cpu) in results.items():
             print(f"{name:34} {first * 1000:7.0f}ms {median * 1000:7.0f}ms {cpu * 1000:7.0f}ms")
         print_ratios(results)
+        if args.index:
+            print_index_ratios(results)
         print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

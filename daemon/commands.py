@@ -59,6 +59,7 @@ def serve(settings: Settings) -> int:
     from opencode_autoretry.clock import SystemClock
     from opencode_autoretry.daemon.bridges import BridgeServer
     from opencode_autoretry.daemon.inbox import Shutdown
+    from opencode_autoretry.daemon.index_keeper import IndexKeeper
     from opencode_autoretry.daemon.loop import Loop
     from opencode_autoretry.daemon.notifier import start_notifier
     from opencode_autoretry.daemon.parts import PartHealth
@@ -93,8 +94,12 @@ def serve(settings: Settings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    # The report index (issue 12): kept current in its own thread, its own file and writer.
+    keeper = IndexKeeper(settings.opencode_db, settings.store.parent, SystemClock().now,
+                         settings.runaway_steps)
     bridges.start()
     try:
+        keeper.start()
         timers.start()
         tailer.prime()
         tailer.start()
@@ -103,6 +108,7 @@ def serve(settings: Settings) -> int:
                  settings.socket, settings.opencode_db, "watched" if watching else "polled")
         loop.run(inbox)
     finally:
+        keeper.stop()
         watcher.stop()
         tailer.stop()
         timers.shutdown()

@@ -6,7 +6,7 @@ missing, unsupported, corrupt or locked, or the store unreadable (one line, no t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -23,8 +23,10 @@ from opencode_autoretry.clock import SystemClock
 if TYPE_CHECKING:
     from opencode_autoretry.app_context import AppContext
     from opencode_autoretry.diagnostics.records import DaemonRecords
+    from opencode_autoretry.diagnostics.report_index import IndexedReports
     from opencode_autoretry.models import Session
     from opencode_autoretry.opencode.db import OpenCodeDB
+    from opencode_autoretry.settings import Settings
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -36,12 +38,12 @@ class ReportError(click.ClickException):
 
 
 @contextmanager
-def opened(db_path: Path) -> Iterator[OpenCodeDB]:
+def opened(db_path: Path, reader: type[OpenCodeDB] | None = None) -> Iterator[OpenCodeDB]:
     """OpenCode's DB, read-only; every failure becomes one line and exit 2."""
     from opencode_autoretry.opencode.db import DbError, OpenCodeDB
 
     try:
-        db = OpenCodeDB.open(db_path)
+        db = (reader or OpenCodeDB).open(db_path)
         try:
             yield db
         finally:
@@ -93,12 +95,43 @@ def bridge_path() -> Path:
     return paths.opencode_config_dir() / "plugins" / "autoretry.js"
 
 
+def index_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--rebuild-index`` / ``--no-index`` (the report index: README "The report index")."""
+    command = click.option(
+        "--no-index",
+        is_flag=True,
+        help="Scan OpenCode's DB without the report index (slower, the same output).",
+    )(command)
+    return click.option(
+        "--rebuild-index",
+        is_flag=True,
+        help="Rebuild the report index from scratch first (it rebuilds by itself when "
+        "OpenCode's DB is replaced, vacuumed or loses rows).",
+    )(command)
+
+
+def prepared_index(settings: Settings, rebuild: bool, skip: bool) -> IndexedReports | None:
+    """The report index of OpenCode's DB, up to date (a progress bar while it is built)."""
+    if skip:
+        return None
+    from opencode_autoretry.diagnostics.progress import scan_progress
+    from opencode_autoretry.diagnostics.report_index import prepare
+
+    with scan_progress() as progress:
+        return prepare(
+            settings.opencode_db, settings.store.parent, progress=progress, rebuild=rebuild
+        )
+
+
 @click.command("diagnose")
 @click.argument("days", type=DAYS, default=7)
 @click.option("--limit", type=click.IntRange(min=0), default=20, help="Rows per kind (0 = all).")
 @JSON_OPTION
+@index_options
 @click.pass_obj
-def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
+def diagnose(
+    app: AppContext, days: int, limit: int, as_json: bool, rebuild_index: bool, no_index: bool
+) -> None:
     """Health check plus every abnormal step of the last DAYS days (0 = all)."""
     from opencode_autoretry.diagnostics.diagnose import (
         build_diagnose,
@@ -109,10 +142,13 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
     from opencode_autoretry.diagnostics.doctor import quick_summary
     from opencode_autoretry.diagnostics.progress import scan_progress
     from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.report_index import save
 
     settings, now = app.settings(), SystemClock().now()
     records = records_from(settings.store, since=window_start(now, days))
-    with opened(settings.opencode_db) as db, scan_progress() as progress:
+    index = prepared_index(settings, rebuild_index, no_index)
+    reader = index.reader if index else None
+    with opened(settings.opencode_db, reader) as db, scan_progress() as progress:
         report = build_diagnose(
             db,
             records,
@@ -121,7 +157,9 @@ def diagnose(app: AppContext, days: int, limit: int, as_json: bool) -> None:
             bridge_path=bridge_path(),
             runaway_steps=settings.runaway_steps,
             progress=progress,
+            memo=index.memo if index else None,
         )
+    save(index)
     style = Style.for_stream()
     if not as_json:
         click.echo(quick_summary(app))  # issue 11: doctor's summary line first
@@ -194,22 +232,29 @@ def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
 @click.command("trace")
 @click.argument("scope", default="7", metavar="[DAYS|SESSION]", callback=utf8_text)
 @JSON_OPTION
+@index_options
 @click.pass_obj
-def trace(app: AppContext, scope: str, as_json: bool) -> None:
+def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_index: bool) -> None:
     """Each continuation with its trigger and outcome, and the decisions not to act."""
     from opencode_autoretry.diagnostics.diagnose import window_start
     from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.report_index import save
     from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
 
     settings, now = app.settings(), SystemClock().now()
-    with opened(settings.opencode_db) as db:
-        days = days_or_none(scope)
+    days = days_or_none(scope)
+    index = prepared_index(settings, rebuild_index, no_index or days is None)
+    with opened(settings.opencode_db, index.reader if index else None) as db:
         sid = None if days is not None else resolve_session(db, scope).id
         since = window_start(now, days) if days is not None else None
         records = records_from(settings.store, sid, since)
         if sid is not None:
             records = with_children(records, settings.store, db, sid, since)
-        report = build_trace(db, records, now=now, since=since, days=days, session_id=sid)
+        memo = index.memo if index else None
+        report = build_trace(
+            db, records, now=now, since=since, days=days, session_id=sid, memo=memo
+        )
+    save(index)
     click.echo(trace_json(report) if as_json else render_trace(report, Style.for_stream()))
 
 

@@ -62,6 +62,7 @@ from opencode_autoretry.diagnostics.repetition_view import (
 from opencode_autoretry.diagnostics.steps import (
     ABNORMAL_KINDS,
     ClassifiedStep,
+    StepMemo,
     classify_rows,
     classify_streamed,
     relabel_daemon_aborts,
@@ -217,9 +218,11 @@ def build_diagnose(
     runaway_steps: int = 6,
     zone: tzinfo | None = None,
     progress: Progress | None = None,
+    memo: StepMemo | None = None,
 ) -> DiagnoseReport:
     """``zone``: the one the summary's days are counted in (None: the machine's);
-    ``progress(done, total)`` is called as each scan batch is read."""
+    ``progress(done, total)`` is called as each scan batch is read; ``memo`` remembers
+    classifications (the report index: ``indexed_db.py``; the same findings, sooner)."""
     since = window_start(now, days)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
@@ -240,12 +243,13 @@ def build_diagnose(
             now=now,
             runaway_steps=runaway_steps,
             lean=True,
+            memo=memo,
         )
         seen = {c.step.id for c in found}
         # A step's parts may straddle two chunks: one row per step.
         extra = {r.id: r for chunk in results for r in chunk if r.id not in seen}
         found += classify_rows(
-            db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True
+            db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True, memo=memo
         )
     found = relabel_daemon_aborts(found, records)
     injections = [i for i in records.injections if since is None or i.created >= since]

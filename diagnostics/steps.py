@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Protocol, cast
 
 from opencode_autoretry.classifier import classify
 from opencode_autoretry.diagnostics.records import DaemonRecords, daemon_abort_for
@@ -116,6 +116,22 @@ def _classify_group(
     return found
 
 
+class StepMemo(Protocol):
+    """Remembers classifications (diagnostics/indexed_db.py): ``classify`` must return
+    exactly what ``classify_rows`` would (it calls it for what it does not remember)."""
+
+    def classify(
+        self,
+        db: OpenCodeDB,
+        rows: Sequence[MessageRow],
+        *,
+        now: datetime,
+        runaway_steps: int,
+        whole_turn: bool,
+        lean: bool,
+    ) -> list[ClassifiedStep]: ...
+
+
 def classify_rows(
     db: OpenCodeDB,
     rows: Iterable[MessageRow],
@@ -124,6 +140,7 @@ def classify_rows(
     runaway_steps: int = 6,
     whole_turn: bool = False,
     lean: bool = False,
+    memo: StepMemo | None = None,
 ) -> list[ClassifiedStep]:
     """Classify each assistant row in ``rows`` (others are ignored), oldest first.
 
@@ -131,7 +148,12 @@ def classify_rows(
     otherwise only groups long enough to be a runaway loop are loaded (diagnose). ``lean``
     leaves unread the parts of errored steps (the classifier decides those on the error
     alone: its contract is that the last step's error wins over finish and parts) and the
-    step-start/step-finish parts (it reads only text, reasoning and tool parts)."""
+    step-start/step-finish parts (it reads only text, reasoning and tool parts).
+    ``memo`` answers instead, from what it remembers (the report index)."""
+    if memo is not None:
+        return memo.classify(
+            db, list(rows), now=now, runaway_steps=runaway_steps, whole_turn=whole_turn, lean=lean
+        )
     assistants = [r for r in rows if r.data.get("role") == "assistant"]
     steps = db.with_parts(assistants, errored=not lean, step_parts=not lean)
     groups: dict[tuple[str, str], list[Message]] = defaultdict(list)
@@ -152,6 +174,7 @@ def classify_streamed(
     now: datetime,
     runaway_steps: int = 6,
     lean: bool = False,
+    memo: StepMemo | None = None,
 ) -> list[ClassifiedStep]:
     """Classify rows arriving in consecutive batches (e.g. rowid ranges scanned by another
     thread) while later batches are still being read. A turn's steps are adjacent, so a
@@ -164,9 +187,11 @@ def classify_streamed(
         ready = [row for key in list(pending) if key not in seen for row in pending.pop(key)]
         for row in batch:
             pending[(row.session_id, str(row.data.get("parentID") or ""))].append(row)
-        found += classify_rows(db, ready, now=now, runaway_steps=runaway_steps, lean=lean)
+        found += classify_rows(
+            db, ready, now=now, runaway_steps=runaway_steps, lean=lean, memo=memo
+        )
     rest = [row for rows in pending.values() for row in rows]
-    found += classify_rows(db, rest, now=now, runaway_steps=runaway_steps, lean=lean)
+    found += classify_rows(db, rest, now=now, runaway_steps=runaway_steps, lean=lean, memo=memo)
     found.sort(key=lambda c: _key(c.step))
     return found
 

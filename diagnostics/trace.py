@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import (
@@ -160,26 +160,44 @@ def _marker_injection_id(message: Message) -> int | None:
         return None
 
 
+class LinkMemo(Protocol):
+    """Remembers ``message_links`` (the report index: diagnostics/indexed_db.py)."""
+
+    def links(
+        self, db: OpenCodeDB, message: Message, now: datetime
+    ) -> tuple[ClassifiedStep | None, Outcome]: ...
+
+
+def message_links(
+    db: OpenCodeDB, message: Message, now: datetime
+) -> tuple[ClassifiedStep | None, Outcome]:
+    """A delivered continuation's trigger (the assistant step before it, classified) and
+    outcome (the next one), before the daemon's records relabel the trigger."""
+    before = db.neighbours(message, Role.ASSISTANT, before=True)
+    outcome = outcome_of(db.neighbours(message, Role.ASSISTANT, before=False))
+    return (classify_message(db, before, now=now) if before is not None else None), outcome
+
+
 def _continuation(
     db: OpenCodeDB,
     records: DaemonRecords,
     injection: InjectionRecord | None,
     message: Message | None,
     now: datetime,
+    memo: LinkMemo | None = None,
 ) -> Continuation:
     decision = records.decision(injection.decision_id) if injection else None
     if message is not None:
-        before = db.neighbours(message, Role.ASSISTANT, before=True)
-        outcome = outcome_of(db.neighbours(message, Role.ASSISTANT, before=False))
+        trigger, outcome = (memo.links if memo else message_links)(db, message, now)
         time, session_id = message.time_created, message.session_id
     elif injection is not None:
         trigger_id = decision.message_id if decision else None
         before = db.message(trigger_id) if trigger_id else None
         outcome = undelivered(injection)
         time, session_id = injection.created, injection.session_id
+        trigger = classify_message(db, before, now=now) if before is not None else None
     else:
         raise ValueError("a continuation needs an injection record or a message")
-    trigger = classify_message(db, before, now=now) if before is not None else None
     if trigger is not None:
         (trigger,) = relabel_daemon_aborts([trigger], records)
     return Continuation(time, session_id, injection, decision, message, trigger, outcome)
@@ -193,20 +211,22 @@ def build_trace(
     since: datetime | None = None,
     days: int | None = None,
     session_id: str | None = None,
+    memo: LinkMemo | None = None,
 ) -> TraceReport:
-    """``records`` must already be limited to the same session / window."""
+    """``records`` must already be limited to the same session / window; ``memo``
+    remembers each continuation's trigger and outcome (the report index)."""
     marked = db.messages_by_id(db.marker_message_ids(since, session_id))
     by_injection = {_marker_injection_id(m): m for m in marked if m.role is Role.USER}
     injections = [i for i in records.injections if session_id in (None, i.session_id)]
     confirmed = {i.message_id for i in injections if i.message_id}
     found = [
-        _continuation(db, records, i, _delivered(db, marked, by_injection, i), now)
+        _continuation(db, records, i, _delivered(db, marked, by_injection, i), now, memo)
         for i in injections
     ]
     known = {i.id for i in injections}
     for message in marked:
         if message.id not in confirmed and _marker_injection_id(message) not in known:
-            found.append(_continuation(db, records, None, message, now))
+            found.append(_continuation(db, records, None, message, now, memo))
     found.sort(key=lambda c: c.time)
     declined = tuple(
         d

@@ -102,8 +102,9 @@ def unpack_message_rows(packed: str | None) -> list[MessageRow]:
 ERRORED_STEP = """instr(data, '"error":') > 0 AND json_extract(data, '$.role') = 'assistant'
     AND json_extract(data, '$.error') IS NOT NULL"""
 MARKED_PART = "json_extract(data, '$.metadata.autoretry') IS NOT NULL"
+MARKED_PART_TEXT = f"""instr(data, '"{MARKER_KEY}"') > 0 AND {MARKED_PART}"""
 MARKED_PARTS_SINCE = f"""SELECT message_id FROM part WHERE rowid >= ? AND time_created >= ?
-    AND instr(data, '"{MARKER_KEY}"') > 0 AND {MARKED_PART}"""
+    AND {MARKED_PART_TEXT}"""
 
 # -- report prefilters ---------------------------------------------------------------------
 # They read the raw JSON text and parse it (json_extract) only for the few rows a cheap test
@@ -131,8 +132,10 @@ _FACTS = "json_extract(data, '$.role', '$.error', '$.finish', '$.tokens.output')
 _UNHEALTHY_JSON = f"""CASE WHEN json_valid(data) THEN {_FACTS} GLOB '[[]"assistant",*'
     AND {_FACTS} NOT GLOB '[[]"assistant",null,"tool-calls",*'
     AND {_FACTS} NOT GLOB '[[]"assistant",null,"stop",[1-9]*' ELSE 1 END"""
-UNPROVEN_STEPS = f"""rowid >= ? AND rowid < ? AND time_created >= ? AND NOT {_HEALTHY_TAIL}
+#: The message test alone (no rowid/time bounds), for the report index.
+UNPROVEN_TEXT = f"""NOT {_HEALTHY_TAIL}
     AND data NOT LIKE '{{"role":"user"%' AND {_UNHEALTHY_JSON}"""
+UNPROVEN_STEPS = f"""rowid >= ? AND rowid < ? AND time_created >= ? AND {UNPROVEN_TEXT}"""
 
 # Tool calls written as text (the classifier's pattern, case-insensitive like it): LIKE is
 # ASCII case-insensitive, a GLOB on the rare "<" + letter gates the tag needles, and the
@@ -140,10 +143,12 @@ UNPROVEN_STEPS = f"""rowid >= ? AND rowid < ? AND time_created >= ? AND NOT {_HE
 # the rows that pass, so it does not matter where OpenCode writes it.
 TOOL_MARKUP_NEEDLES = ("<invoke", "</invoke>", "<function", "<tool_call>", "<parameter name=")
 _TAGS = " OR ".join(f"data LIKE '%{n}%'" for n in TOOL_MARKUP_NEEDLES)
+#: The part test alone (no rowid/time bounds), for the report index (diagnostics/index_sync).
+TOOL_MARKUP_TEXT = f"""(data GLOB '*<[/fFiIpPtT]*' AND ({_TAGS}) OR data LIKE '%\\"function\\"%')
+    AND CASE WHEN json_valid(data) THEN json_extract(data, '$.type') = 'text' ELSE 0 END"""
 TOOL_MARKUP_PARTS = f"""SELECT message_id FROM part
     WHERE rowid >= ? AND rowid < ? AND time_created >= ?
-    AND (data GLOB '*<[/fFiIpPtT]*' AND ({_TAGS}) OR data LIKE '%\\"function\\"%')
-    AND CASE WHEN json_valid(data) THEN json_extract(data, '$.type') = 'text' ELSE 0 END"""
+    AND {TOOL_MARKUP_TEXT}"""
 
 # Parts the classifier never reads (step-start / step-finish), left out when a report asks
 # (``with_parts(..., step_parts=False)``); a part that may be anything else is kept.

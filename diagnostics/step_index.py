@@ -1,0 +1,215 @@
+"""autoretry's own index of OpenCode's report candidates: one SQLite file per OpenCode DB.
+
+It lives in autoretry's state dir (``report-index/<hash of the DB path>.sqlite3``), never in
+OpenCode's DB, and holds what the full scans of ``diagnose`` and ``trace`` would find:
+
+- ``candidate``: the message rows ``step_candidates`` selects (the JSON as the scan parsed it);
+- ``markup`` / ``marked``: the part rows ``tool_markup_candidates`` / the marker scan select;
+- ``open_row``: assistant rows OpenCode may still update (no ``time.completed``), with a
+  fingerprint of the row and its parts, re-read on every sync until they end;
+- ``session_gen``: a counter per session, bumped whenever a row of the session changes;
+- ``memo``: classifications (pickled, see ``indexed_db.py``) keyed by what they were computed
+  from, valid while their session's counter is unchanged;
+- ``meta``: the DB's identity (device, inode), the rowid watermarks and the id at each (a
+  VACUUM that renumbered rows changes it), the row counts (rows deleted lower them).
+
+Only ``index_sync`` writes the candidates and ``IndexedDB`` the memo; any error reads as "no
+index" to the caller, which then scans (reports never depend on the index to be right).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+#: Bump to make every existing index rebuild itself (its layout or meaning changed).
+INDEX_VERSION = "1"
+BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS candidate (
+    row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
+    time_created INTEGER NOT NULL, role TEXT NOT NULL, parent TEXT NOT NULL,
+    group_parent TEXT NOT NULL, data TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS markup (
+    row INTEGER PRIMARY KEY, message_id TEXT NOT NULL, session_id TEXT NOT NULL,
+    time_created INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS markup_message ON markup (message_id);
+CREATE TABLE IF NOT EXISTS marked (
+    row INTEGER PRIMARY KEY, message_id TEXT NOT NULL, session_id TEXT NOT NULL,
+    time_created INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS marked_message ON marked (message_id);
+CREATE TABLE IF NOT EXISTS open_row (
+    id TEXT PRIMARY KEY, session_id TEXT NOT NULL, fingerprint TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS session_gen (session_id TEXT PRIMARY KEY, gen INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS memo (
+    key TEXT PRIMARY KEY, session_id TEXT NOT NULL, gen INTEGER NOT NULL,
+    valid_from INTEGER NOT NULL, blob BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS memo_session ON memo (session_id);
+"""
+#: (rowid, id, session_id, time_created, role, parent as the scan groups it, parent as the
+#: classifier groups it, the row's JSON as the scan parsed it).
+CandidateRow = tuple[int, str, str, int, str, str, str, str]
+_TABLES = ("candidate", "markup", "marked", "open_row", "session_gen", "memo", "meta")
+
+
+class IndexError_(Exception):
+    """The index file cannot be used (the caller scans instead)."""
+
+
+class CorruptIndex(IndexError_):
+    """The file is not an SQLite database: delete it and build again."""
+
+
+def index_file(state_dir: Path, db_path: Path) -> Path:
+    """Where the index of ``db_path`` lives (one file per OpenCode DB)."""
+    key = hashlib.sha1(str(Path(db_path).expanduser().resolve()).encode()).hexdigest()[:16]
+    return state_dir / "report-index" / f"{key}.sqlite3"
+
+
+class StepIndex:
+    """One connection to an index file (its own writer: never the daemon's store)."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+
+    @classmethod
+    def open(cls, path: Path, readonly: bool = False) -> StepIndex:
+        try:
+            if readonly:
+                conn = sqlite3.connect(
+                    f"file:{path}?mode=ro",
+                    uri=True,
+                    timeout=BUSY_TIMEOUT_S,
+                    check_same_thread=False,
+                )
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+                conn.executescript(_SCHEMA)
+        except sqlite3.OperationalError as exc:  # locked, unreadable, no space
+            raise IndexError_(f"cannot open the report index {path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:  # not a database (any more)
+            raise CorruptIndex(f"the report index {path} is corrupt: {exc}") from exc
+        except (OSError, sqlite3.Error) as exc:
+            raise IndexError_(f"cannot open the report index {path}: {exc}") from exc
+        conn.isolation_level = None  # transactions are explicit (index_sync, IndexedDB)
+        return cls(path, conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- meta ---------------------------------------------------------------------------------
+
+    def meta(self) -> dict[str, str]:
+        return {k: v for k, v in self.conn.execute("SELECT key, value FROM meta")}
+
+    def set_meta(self, values: dict[str, str]) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", values.items()
+        )
+
+    def clear(self) -> None:
+        """Forget everything (a rebuild follows)."""
+        for table in _TABLES:
+            self.conn.execute(f"DELETE FROM {table}")
+
+    # -- candidates ---------------------------------------------------------------------------
+
+    def put_candidates(self, rows: Iterable[CandidateRow]) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO candidate"
+            " (row, id, session_id, time_created, role, parent, group_parent, data)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+
+    def drop_candidates(self, message_ids: Sequence[str]) -> None:
+        self.conn.executemany("DELETE FROM candidate WHERE id = ?", ((m,) for m in message_ids))
+
+    def candidates(self, low: int, high: int, cut_ms: int) -> list[CandidateRow]:
+        """The candidates in ``[low, high)`` created at or after ``cut_ms``, in rowid order."""
+        sql = (
+            "SELECT row, id, session_id, time_created, role, parent, group_parent, data"
+            " FROM candidate WHERE row >= ? AND row < ? AND time_created >= ? ORDER BY row"
+        )
+        return self.conn.execute(sql, (low, high, cut_ms)).fetchall()
+
+    # -- part hits ----------------------------------------------------------------------------
+
+    def put_hits(self, table: str, hits: Iterable[tuple[int, str, str, int]]) -> None:
+        assert table in ("markup", "marked"), table
+        self.conn.executemany(
+            f"INSERT OR REPLACE INTO {table} (row, message_id, session_id, time_created)"
+            " VALUES (?, ?, ?, ?)",
+            hits,
+        )
+
+    def drop_hits_of(self, message_ids: Sequence[str]) -> None:
+        for table in ("markup", "marked"):
+            self.conn.executemany(
+                f"DELETE FROM {table} WHERE message_id = ?", ((m,) for m in message_ids)
+            )
+
+    def hit_messages(self, table: str, low: int, high: int, cut_ms: int) -> list[str]:
+        """Message ids of the hits in ``[low, high)`` created at or after ``cut_ms``, by row."""
+        assert table in ("markup", "marked"), table
+        sql = (
+            f"SELECT message_id FROM {table} WHERE row >= ? AND row < ? AND time_created >= ?"
+            " ORDER BY row"
+        )
+        return [r[0] for r in self.conn.execute(sql, (low, high, cut_ms))]
+
+    # -- open rows and session counters ------------------------------------------------------
+
+    def open_rows(self) -> dict[str, tuple[str, str]]:
+        """id -> (session_id, fingerprint)."""
+        rows = self.conn.execute("SELECT id, session_id, fingerprint FROM open_row")
+        return {mid: (sid, fp) for mid, sid, fp in rows}
+
+    def put_open(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO open_row (id, session_id, fingerprint) VALUES (?, ?, ?)", rows
+        )
+
+    def drop_open(self, message_ids: Sequence[str]) -> None:
+        self.conn.executemany("DELETE FROM open_row WHERE id = ?", ((m,) for m in message_ids))
+
+    def bump(self, session_ids: Iterable[str]) -> None:
+        """A row of each session changed: its memo entries no longer hold."""
+        sessions = [(s,) for s in set(session_ids)]
+        self.conn.executemany(
+            "INSERT INTO session_gen (session_id, gen) VALUES (?, 1)"
+            " ON CONFLICT (session_id) DO UPDATE SET gen = gen + 1",
+            sessions,
+        )
+        self.conn.executemany("DELETE FROM memo WHERE session_id = ?", sessions)
+
+    def generations(self) -> dict[str, int]:
+        return {s: g for s, g in self.conn.execute("SELECT session_id, gen FROM session_gen")}
+
+    # -- memo ---------------------------------------------------------------------------------
+
+    def memo_entries(self) -> dict[str, tuple[str, int, int, bytes]]:
+        """key -> (session_id, gen, valid_from, blob)."""
+        rows = self.conn.execute("SELECT key, session_id, gen, valid_from, blob FROM memo")
+        return {k: (s, g, v, b) for k, s, g, v, b in rows}
+
+    def put_memo(self, entries: Iterable[tuple[str, str, int, int, bytes]]) -> None:
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO memo (key, session_id, gen, valid_from, blob)"
+            " VALUES (?, ?, ?, ?, ?)",
+            entries,
+        )
+
+    def memo_count(self) -> int:
+        return int(self.conn.execute("SELECT count(*) FROM memo").fetchone()[0])
+
+    def drop_memo(self) -> None:
+        self.conn.execute("DELETE FROM memo")
