@@ -9,6 +9,7 @@ twice. The checker (``soak_checks``) must find no violation.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 from soak_driver import Soak, SoakOptions
@@ -22,8 +23,11 @@ def test_short_soak_has_no_violation(opencode_bin, opencode_home, provider, tmp_
     seed = int(os.environ.get("AUTORETRY_SOAK_SEED") or 11)
     print(f"\nsoak seed {seed} (AUTORETRY_SOAK_SEED={seed} replays its faults)")
     options = SoakOptions(seed=seed, seconds=SOAK_S, lanes=8, short=True)
-    result = Soak(opencode_bin, opencode_home, provider, options, tmp_path).run()
+    soak = Soak(opencode_bin, opencode_home, provider, options, tmp_path)
+    result = soak.run()
     print(result.table)
+    if os.environ.get("AUTORETRY_SOAK_LOG"):  # the daemon's whole log, to study a failure
+        Path(os.environ["AUTORETRY_SOAK_LOG"]).write_text("\n".join(soak.daemon.lines()))
     assert not result.violations, "\n".join(
         f"{v.rule}: {v.where}: {v.detail}" for v in result.violations
     )
