@@ -234,7 +234,7 @@ class Soak:
         )
         observed = _only_soak_sessions(observed, {p.session_id for p in soaking.plan})
         violations = [*self.problems, *check(observed)]
-        result = SoakResult(observed, violations, dict(self.chaos))
+        result = SoakResult(observed, violations, {**self.chaos, **soaking.notes})
         result.rows = figures(observed, violations, result.chaos)
         return result
 

@@ -11,6 +11,7 @@ did not happen; the checker judges the outcome afterwards.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,10 +58,15 @@ class Soaking:
     stall_timeout: float
     plan: list[PlannedTurn] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    notes: Counter[str] = field(default_factory=Counter)  # how chaos met the turns
 
     def planned(self, tag: str, session: str, fault: Fault) -> None:
         with self.lock:
             self.plan.append(PlannedTurn(tag, session, fault.name))
+
+    def note(self, what: str) -> None:
+        with self.lock:
+            self.notes[what] += 1
 
     def store(self) -> StoreView:
         return self.daemon.store()
@@ -145,13 +151,24 @@ def _abort_when_sent(soak: Soaking, lane: Lane, tag: str) -> None:
     lane.process.server.abort(lane.session)
 
 
+def _forgot(soak: Soaking, session: str, after: int) -> bool:
+    """The daemon lost what it knew of the session's live state since line ``after``: its
+    bridge's socket was cut or the daemon restarted. It then knows of no pending permission
+    (nor that the session is busy) until OpenCode says more, so it cannot log a wait."""
+    lost = (f"session {session} lost its owner", "autoretry daemon ")
+    return any(needle in line for line in soak.daemon.lines()[after:] for needle in lost)
+
+
 def _answer_permission(soak: Soaking, lane: Lane, events_before: int) -> None:
     server = lane.process.server
-    asked = _permission_asked(server, lane.session, events_before)
     mark = len(soak.daemon.lines())
+    asked = _permission_asked(server, lane.session, events_before)
     # Proof that the daemon looked past stall_timeout and chose to wait: its own log line.
-    wait_until(lambda: _left_alone_logged(soak, lane.session, mark), STEP_S,
+    wait_until(lambda: _left_alone_logged(soak, lane.session, mark)
+               or _forgot(soak, lane.session, mark), STEP_S,
                f"the daemon leaves {lane.session} alone on its permission")
+    if not _left_alone_logged(soak, lane.session, mark):
+        soak.note("permission asks the daemon forgot (cut or restart), left alone")
     server.ok("POST", f"/permission/{asked['id']}/reply", {"reply": "once"})
 
 
