@@ -30,6 +30,12 @@ from soak_driver import Soak, SoakOptions, SoakResult  # noqa: E402
 
 README = ROOT / "bench" / "README.md"
 SECTION = "## Soak"
+INTRO = """Two real OpenCode processes on one DB, the real daemon, every lane (root session) playing
+turns back to back, each turn a seeded draw from the whole fault menu (`tests/e2e/soak_plan.py`),
+with daemon SIGKILLs, an OpenCode restart and bridge sockets cut mid-line at seeded moments. A
+turn is "recovered" when it got exactly one continuation and then a clean answer, "left alone
+correctly" when nothing was sent and the daemon recorded why; "violations" counts every broken
+invariant of `tests/e2e/soak_checks.py` (it must be 0)."""
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -42,6 +48,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         help="OpenCode restarts (default 1 per 4 min, at least 1)")
     parser.add_argument("--cuts", type=int, default=None, help="socket cuts (default 1/min)")
     parser.add_argument("--readme", action="store_true", help="write the table to bench/README")
+    parser.add_argument("--log", type=Path, default=None, help="save the daemon's log here")
     args = parser.parse_args(argv)
     if args.minutes <= 0 or args.lanes < 1:
         parser.error("--minutes must be > 0 and --lanes ≥ 1")
@@ -61,9 +68,9 @@ def options(args: argparse.Namespace, seed: int) -> SoakOptions:
 
 def write_readme(result: SoakResult, args: argparse.Namespace, seed: int, took: float) -> None:
     """Replace (or append) the README's "## Soak" section; the rest stays byte for byte."""
-    body = (f"{SECTION}\n\n`flock /tmp/autoretry-e2e.lock .venv/bin/python bench/soak.py "
-            f"--minutes {args.minutes:g} --seed {seed} --readme` ({took / 60:.1f} min in all; "
-            f"{machine_note()}):\n\n{result.table}\n")
+    body = (f"{SECTION}\n\n{INTRO}\n\n`flock /tmp/autoretry-e2e.lock .venv/bin/python "
+            f"bench/soak.py --minutes {args.minutes:g} --seed {seed} --readme` "
+            f"({took / 60:.1f} min in all; {machine_note()}):\n\n{result.table}\n")
     text = README.read_text()
     found = re.search(rf"(?m)^{SECTION}\n(?:.*\n)*?(?=^## |\Z)", text)
     text = (text[: found.start()] + body + ("\n" if text[found.end():] else "")
@@ -82,7 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         home = prepare_home(work / "opencode", provider.url)
         warm_up(binary, home)
-        result = Soak(binary, home, provider, options(args, seed), work).run()
+        soak = Soak(binary, home, provider, options(args, seed), work)
+        try:
+            result = soak.run()
+        finally:
+            if args.log is not None:
+                args.log.write_text("\n".join(soak.daemon.lines()) + "\n")
     finally:
         provider.close()
         remove(work)
