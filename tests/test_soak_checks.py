@@ -182,3 +182,21 @@ def test_the_figures_table():
     text = table(rows)
     assert "| turns recovered (of those that needed it) | 1 / 1 |" in text
     assert "chaos: daemon SIGKILLs survived" in text and "| violations" in text
+
+
+def test_provider_continuations_count_user_messages_after_the_latest_tag():
+    from fake_provider import ProviderRequest
+    from soak_observe import provider_continuations
+
+    def request(*users: str) -> ProviderRequest:
+        messages = [{"role": "user", "content": [{"type": "text", "text": u}]} for u in users]
+        return ProviderRequest(0.0, "/v1/chat/completions", "fake-model", messages, "normal",
+                               False, True)
+
+    seen = provider_continuations([
+        request("Soak turn t0x0: say hello"),
+        request("Soak turn t0x0: say hello", "Continue."),
+        request("Soak turn t0x0: say hello", "Continue.", "Soak turn t0x1: say hello"),
+        request("Do the subtask [[s:blank]]"),  # a child's request: no tag, not counted
+    ])
+    assert seen == {"t0x0": 1, "t0x1": 0}
