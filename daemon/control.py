@@ -20,6 +20,7 @@ from opencode_autoretry.store import StoreView
 
 if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
     from opencode_autoretry.daemon.actions import Actions
+    from opencode_autoretry.daemon.gap import GapReview
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.sessions import Sessions
     from opencode_autoretry.plugin_bridge.protocol import Hello, Stats
@@ -44,6 +45,8 @@ class Loop(Protocol):
     def bridge_stats(self) -> dict[str, Stats]: ...
     @property
     def parts(self) -> PartHealth: ...
+    @property
+    def gap(self) -> GapReview: ...
     @property
     def _bridge(self) -> object: ...  # the BridgeServer (its line counters), or a test fake
 
@@ -107,11 +110,14 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         bridges.append(entry)
     pids = {conn: hello.pid for conn, hello in loop.bridges.items() if hello is not None}
     views = list(loop.sessions)
+    waiting = loop.gap.carried()  # a gap this daemon had not closed yet outlives it too
     return {
         "started": loop.started.isoformat(),
         "stopping": stopping,
         "bridges": bridges,
-        "owners": {v.session_id: pids[v.owner] for v in views if v.owner in pids},
+        "owners": {**{s: w.pid for s, w in waiting.items()},
+                   **{v.session_id: pids[v.owner] for v in views if v.owner in pids}},
+        "gap_since": {s: w.since.isoformat() for s, w in waiting.items()},
         "sessions": {v.session_id: {"status": v.status, "owner": v.owner} for v in views},
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
         "parts": loop.parts.report(),  # issue 11: the parts that do not work right now

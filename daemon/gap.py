@@ -99,9 +99,14 @@ class GapReview:
             return
         since = beat.at - MARGIN
         owners = beat.info.get("owners", {})
+        # A daemon killed before its own gap closed (no hello yet) passed its waiting sessions
+        # on with the gap's start: the look-back for those reaches back to that earlier gap.
+        earlier = beat.info.get("gap_since", {})
+        earlier = earlier if isinstance(earlier, dict) else {}
         for session_id, pid in owners.items() if isinstance(owners, dict) else ():
             if str(pid).isdigit():
-                self._waiting[str(session_id)] = Waiting(since, int(pid), now)
+                began = min(since, _parse_time(earlier.get(session_id)) or since)
+                self._waiting[str(session_id)] = Waiting(began, int(pid), now)
         self._scans.append((since, "the daemon was down"))
         log.info("gap: the daemon was down since %s; %d owned sessions wait for their bridge",
                  beat.at.isoformat(), len(self._waiting))
@@ -167,6 +172,11 @@ class GapReview:
     def waiting(self) -> list[str]:
         return sorted(self._waiting)
 
+    def carried(self) -> dict[str, Waiting]:
+        """The sessions still waiting for their bridge: the heartbeat keeps them, so a daemon
+        killed again before the bridge came back does not forget them."""
+        return dict(self._waiting)
+
     # -- judging one session ------------------------------------------------------------------
 
     def _review(self, session_id: str, since: datetime, now: datetime) -> int:
@@ -195,6 +205,16 @@ class GapReview:
             if not transient:
                 return True
         return False
+
+
+def _parse_time(raw: object) -> datetime | None:
+    if not isinstance(raw, str):
+        return None
+    try:
+        found = datetime.fromisoformat(raw)
+    except ValueError:
+        return None  # a heartbeat from another version: the gap starts at its beat
+    return found if found.tzinfo is not None else None
 
 
 def ended(step: Message) -> bool:

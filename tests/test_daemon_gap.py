@@ -246,3 +246,22 @@ def test_the_gap_is_judged_before_an_overdue_retry_fires_on_hello(tmp_path):
     h.hello(conn="b2", pid=PID)
     h.advance(10)
     assert h.prompts() == []
+
+
+def test_a_daemon_killed_again_before_the_bridge_came_back_passes_the_gap_on(tmp_path):
+    # Found by the soak: the first restarted daemon's heartbeat named no owners (no bridge had
+    # said hello to it), so the next one judged the gap's turns as ownerless and never sent.
+    h = Harness(tmp_path)
+    h.hello()
+    blank, blank_user = owned_session(h)
+    kill(h)
+    h.blank_step(blank, blank_user)  # ends while nobody watches
+    revive(h)
+    h.advance(6)  # the restarted daemon beats, still waiting for the bridge
+    kill(h)
+    revive(h)
+    h.advance(1)
+    assert h.prompts() == [] and h.store.decisions(blank) == []  # still waiting for its owner
+    h.hello(pid=PID)
+    h.advance(1)
+    assert [p.session_id for p in h.prompts()] == [blank]
