@@ -5,11 +5,19 @@ default 400) and ``thinkloop[:n]`` (the same as reasoning only, never any text).
 ``repeat``, they stream one word per chunk ``PACE_S`` apart and stop as soon as the client
 hangs up (OpenCode aborting the stream), so a test can see how far a loop got before it was
 stopped: ``LoopLog.wait_for(count, timeout)`` returns one ``Streamed`` per ended response.
+
+After ``HOLD_AFTER_WORDS`` words the stream pauses until the client hangs up (or ``HOLD_S``
+passes, then it runs to its end). "Stopped within a few hundred words" is then a fact about
+the detector, not about how fast this machine delivered the abort: however slow the abort,
+it finds the stream at word 300 at the latest; a detector needing more never gets it, and the
+answer completes (the test's failure).
 """
 
 from __future__ import annotations
 
 import re
+import select
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -19,6 +27,8 @@ from fake_provider import REPEATED, FakeProvider, _chunk, _usage
 
 PACE_S = 0.004  # 400 sentences (3,200 words) take ~13 s when nobody stops them
 DEFAULT_COPIES = 400
+HOLD_AFTER_WORDS = 300  # "within a few hundred repeated tokens" (issue 6)
+HOLD_S = 30.0  # how long a held stream waits for the hang-up before it goes on
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,7 @@ class Streamed:
     words: int  # chunks of one word sent
     chars: int
     completed: bool  # False: the client hung up first
+    held: bool = False  # the client hung up while the stream paused at HOLD_AFTER_WORDS
 
 
 class LoopLog:
@@ -64,6 +75,9 @@ def _paced(h: Any, log: LoopLog, behaviour: str, field_name: str, copies: int) -
     try:
         h._send(_chunk({"role": "assistant", field_name: ""}))
         for word in words:
+            if sent == HOLD_AFTER_WORDS and _hung_up_within(h.connection, HOLD_S):
+                log.add(Streamed(behaviour, sent, chars, False, held=True))
+                return
             h._send(_chunk({field_name: word}))
             sent, chars = sent + 1, chars + len(word)
             time.sleep(PACE_S)  # pacing the stream, not synchronising the test
@@ -73,6 +87,18 @@ def _paced(h: Any, log: LoopLog, behaviour: str, field_name: str, copies: int) -
         log.add(Streamed(behaviour, sent, chars, False))
         return
     log.add(Streamed(behaviour, sent, chars, True))
+
+
+def _hung_up_within(conn: socket.socket, timeout: float) -> bool:
+    """Wait for the client to close its end: the request was read whole, so the connection
+    turns readable only at EOF (or a reset)."""
+    readable, _, _ = select.select([conn], [], [], timeout)
+    if not readable:
+        return False
+    try:
+        return conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def install(provider: FakeProvider) -> LoopLog:

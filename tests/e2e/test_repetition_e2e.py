@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from daemon_process import DaemonProcess, wait_until
-from fake_loops import LoopLog, install
+from fake_loops import HOLD_AFTER_WORDS, LoopLog, install
 from fake_provider import NORMAL_TEXT, REPEATED
 
 from opencode_autoretry.daemon.bridges import BridgeMessage
@@ -30,8 +30,10 @@ pytestmark = pytest.mark.e2e
 
 TURN_TIMEOUT = 30.0
 REMINDER = DEFAULT_MESSAGES["repetition_remind"]
-#: "Within a few hundred repeated tokens": the fake streams one word (~1.3 tokens) per chunk.
-MAX_WORDS_BEFORE_STOP = 300
+#: "Within a few hundred repeated tokens": the fake streams one word (~1.3 tokens) per chunk
+#: and pauses at this many until the client hangs up (fake_loops), so the bound holds however
+#: slow the abort is, and fails (the answer completes) only if the detector needs more.
+MAX_WORDS_BEFORE_STOP = HOLD_AFTER_WORDS
 
 
 @pytest.fixture
