@@ -11,26 +11,17 @@ does by itself where it differs from 1.18 (``versions.py``).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 from daemon_process import wait_until
 from fake_provider import FakeProvider
 from opencode import OpenCodeHome, ensure_opencode, warm_home
-from test_daemon_e2e import connect, decisions, injected, injections
-from test_daemon_e2e import test_s3_empty_replies_are_continued_at_once as _s3
+from test_daemon_e2e import connect, continued_after, decisions, injected, injections
 from test_daemon_e2e import test_s11_off_leaves_faults_alone_and_on_recovers as _s11
 from versions import OLDEST_SUPPORTED, behaviour
 
-pytestmark = [
-    pytest.mark.e2e,
-    # Opt-in for now: reused with a 1 s back-off, scenario 3's "continued within 3 s" bound is a
-    # machine-speed threshold on 1.17 (3.8 s in one CI run); it must wait for events instead.
-    pytest.mark.skipif(not os.environ.get("AUTORETRY_E2E_OLDER"),
-                       reason="the older-OpenCode module is opt-in (AUTORETRY_E2E_OLDER=1) until "
-                              "its reused timing bound is replaced by a wait"),
-]
+pytestmark = pytest.mark.e2e
 
 TURN = 30.0
 
@@ -53,13 +44,13 @@ def opencode_home(
 
 
 def test_a_blank_reply_is_continued(provider, daemon, start_opencode) -> None:
-    _s3("blank", "blank", provider, daemon, start_opencode)
+    continued_after("blank", "blank", 0.0, provider, daemon, start_opencode)
 
 
 def test_a_gateway_disconnect_is_continued(provider, daemon, start_opencode) -> None:
     # scenario 3's path with the fast budgets (1 s): scenario 1's default 5 s back-off would
     # cost this module's time budget, and the back-off is autoretry's, not OpenCode's
-    _s3("http400_disconnect", "disconnect", provider, daemon, start_opencode)
+    continued_after("http400_disconnect", "disconnect", 1.0, provider, daemon, start_opencode)
 
 
 def test_off_leaves_a_fault_alone_and_on_recovers(provider, daemon, start_opencode) -> None:
