@@ -17,7 +17,11 @@ sampled every 0.5 s (max reported). Goals: idle <= 0.5 % of a core, streaming <=
 from __future__ import annotations
 
 import argparse
+import os
 import pstats
+import signal
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -110,8 +114,45 @@ def idle(daemon: DefaultDaemon, seconds: float) -> Usage:
     return sampler.end()
 
 
+class SpySampler:
+    """``py-spy record`` on the daemon over one window (``--py-spy DIR``): folded stacks per
+    thread of what ran on a CPU (idle threads are not sampled), so the reader threads' cost
+    shows up too, which cProfile (main thread only) cannot see."""
+
+    def __init__(self, out: Path | None, pid: int, name: str) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        if out is None:
+            return
+        spy = Path(os.environ.get("PY_SPY", Path(sys.prefix) / "bin" / "py-spy"))
+        target = out / (name.replace(", ", "-").replace(" ", "") + ".txt")
+        self._proc = subprocess.Popen(
+            [str(spy), "record", "--pid", str(pid), "--threads", "--format", "raw",
+             "--rate", "250", "--nonblocking", "-o", str(target)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+            self._proc.wait(timeout=30)
+
+
+def lines_read(daemon: DefaultDaemon, after: float = 0.0) -> tuple[float, int]:
+    """(heartbeat time, bridge lines the daemon had read then), from the first heartbeat
+    written after ``after`` (epoch s; the daemon beats every 5 s)."""
+    deadline = time.monotonic() + 8.0
+    while True:
+        view = daemon.store()
+        try:
+            beat = view.heartbeat()
+        finally:
+            view.close()
+        if beat is not None and (beat.at.timestamp() > after or time.monotonic() > deadline):
+            return beat.at.timestamp(), int(beat.info.get("lines", {}).get("lines", 0))
+        time.sleep(0.5)  # polls the store file, not the daemon: nothing else to wait on
+
+
 def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvider,
-              sessions: int, words: int) -> Usage:
+              sessions: int, words: int, spy: Path | None = None, name: str = "") -> Usage:
     ids = [server.create_session()["id"] for _ in range(sessions)]
     before = len(provider.provider.requests())
     for session in ids:
@@ -120,12 +161,17 @@ def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProv
     wait_for(lambda: provider.chunks >= sessions * 3, TURN_S, "all streams flowing", 0.05)
     chunks0 = provider.chunks
     published0 = len(server.events.of_type("message.part.delta"))
+    beat0 = lines_read(daemon)
     sampler = Sampler(daemon.process.pid).begin()  # type: ignore[union-attr]
+    profiler = SpySampler(spy, daemon.process.pid, name)  # type: ignore[union-attr]
     first_idle = server.events.wait_for(
         lambda e: e.get("type") == "session.idle" and e["properties"].get("sessionID") in ids,
         words * 0.1 + TURN_S, "a streamed session finishing",
     )
     usage = sampler.end()
+    profiler.stop()
+    beat1 = lines_read(daemon, after=time.time())  # streams still run: the others go on
+    line_rate = (beat1[1] - beat0[1]) / max(beat1[0] - beat0[0], 1e-9)
     rate = (provider.chunks - chunks0) / usage.wall
     published = (len(server.events.of_type("message.part.delta")) - published0) / usage.wall
     for session in ids:
@@ -136,7 +182,8 @@ def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProv
     dropped = [line for line in daemon.lines() if "dropped" in line]
     return Usage(usage.wall, usage.cpu, usage.rss_max, usage.rss_end, usage.loop_cpu,
                  f"{rate:.0f} chunks/s sent by the provider, {published:.0f} "
-                 f"`message.part.delta`/s published by OpenCode; decisions: {decided}; "
+                 f"`message.part.delta`/s published by OpenCode, ~{line_rate:.0f} bridge "
+                 f"lines/s read by the daemon; decisions: {decided}; "
                  f"bridge drop reports: {len(dropped)}", published)
 
 
@@ -164,7 +211,7 @@ def start_opencode(binary: Path, home: Any, socket: Path, daemon: DefaultDaemon,
 
 
 def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, words: int,
-        profile: bool = False, pairs: int = 1) -> dict[str, Usage]:
+        profile: bool = False, pairs: int = 1, spy: Path | None = None) -> dict[str, Usage]:
     """Idle once, then ``pairs`` x (streaming with every delta its own line, streaming with
     the bridge's coalescing): the same daemon, machine and load, back to back."""
     root = scratch("ar-foot-")
@@ -186,8 +233,8 @@ def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, wor
             for name, window in (("streaming, uncoalesced", 0), ("streaming", None)):
                 server.stop()
                 server = start_opencode(binary, home, socket, daemon, window)
-                usage = streaming(server, daemon, provider, sessions, words)
                 key = name if pairs == 1 else f"{name} #{pair + 1}"
+                usage = streaming(server, daemon, provider, sessions, words, spy, key)
                 results[key] = usage
                 print(f"{key}: {usage}", flush=True)
         return results
@@ -261,14 +308,19 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true",
                         help="run the daemon under cProfile and print its loop's hot spots "
                         "(profiling inflates the CPU figures: implies --no-readme)")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR",
+                        help="sample the daemon with py-spy in each streaming window; folded "
+                        "stacks per thread go to DIR (implies --no-readme)")
     args = parser.parse_args()
+    if args.py_spy is not None:
+        args.py_spy.mkdir(parents=True, exist_ok=True)
     note = machine_note()
     provider = TimedProvider().start()
     results = run(ensure_opencode(), provider, args.idle, args.sessions, args.words,
-                  args.profile, args.pairs)
+                  args.profile, args.pairs, args.py_spy)
     text = table(results, args, note)
     print(text)
-    if not (args.no_readme or args.profile):
+    if not (args.no_readme or args.profile or args.py_spy):
         write_section("Footprint", text)
 
 

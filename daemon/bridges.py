@@ -328,8 +328,8 @@ class BridgeServer:
     def _read_loop(self, conn: _Conn) -> None:
         reason = "eof"
         try:
-            for line in self._lines(conn):
-                self._handle_line(conn, line)
+            for lines in self._chunks(conn):
+                self._handle_lines(conn, lines)
         except OSError as exc:
             reason = f"error: {exc}"
         finally:
@@ -339,7 +339,10 @@ class BridgeServer:
                 conn.sock.close()
             self._inbox.put(BridgeClosed(conn.conn_id, conn.hello, reason, self._clock.now()))
 
-    def _lines(self, conn: _Conn) -> Iterator[bytes]:
+    def _chunks(self, conn: _Conn) -> Iterator[list[bytes]]:
+        """The complete lines of each ``recv``: a bridge writes what it queued in one tick
+        (e.g. the coalesced deltas of every streaming session) in one write, so the per-line
+        costs that do not depend on the line (clock, counters, lock) are paid once a chunk."""
         splitter = LineSplitter(self._max_line)
         while not self._stop.is_set():
             try:
@@ -354,22 +357,28 @@ class BridgeServer:
             for _ in range(oversize):
                 self._count("oversize")
                 log.warning("bridge %s: line over %d bytes dropped", conn.conn_id, self._max_line)
-            yield from lines
+            if lines:
+                yield lines
         if splitter.leftover:
             self._count("partial")
             log.info(
                 "bridge %s: %d bytes without newline at close", conn.conn_id, splitter.leftover
             )
 
-    def _handle_line(self, conn: _Conn, line: bytes) -> None:
-        self._count("lines")
+    def _handle_lines(self, conn: _Conn, lines: list[bytes]) -> None:
+        """Lines read together: one clock read (they arrived at the same moment)."""
+        self._count("lines", len(lines))
+        now = self._clock.now()
+        for line in lines:
+            self._handle_line(conn, line, now)
+
+    def _handle_line(self, conn: _Conn, line: bytes, now: datetime) -> None:
         try:
             message = protocol.decode_from_bridge(line)
         except ProtocolError as exc:
             self._count("oversize" if exc.reason == "too_long" else "garbage")
             log.warning("bridge %s: bad line dropped (%s)", conn.conn_id, exc)
             return
-        now = self._clock.now()
         if isinstance(message, Unknown):
             self._count("unknown")
         if isinstance(message, Hello):
@@ -379,8 +388,8 @@ class BridgeServer:
             self.send(conn.conn_id, Welcome(daemon=self._daemon_version))
             return
         session_id = _session_of(message)
-        if session_id:
-            with self._lock:
+        if session_id and session_id not in conn.sessions:  # only this thread adds to it
+            with self._lock:  # readers of ``sessions`` (owner_of, _info) copy it under it
                 conn.sessions.add(session_id)
         self._inbox.put(BridgeMessage(conn.conn_id, message, now))
 
@@ -391,9 +400,9 @@ class BridgeServer:
             self._untested.add(version)
             log.warning("%s", warning)
 
-    def _count(self, name: str) -> None:
+    def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
-            self._counters[name] += 1
+            self._counters[name] += n
 
     def _info(self, conn: _Conn) -> BridgeInfo:
         hello = conn.hello

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, cast
 
@@ -302,16 +302,38 @@ _CLASSES: dict[str, type] = {
 _TYPE_OF = {cls: name for name, cls in _CLASSES.items()}
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+_KIND_CHECKS: dict[str, Callable[[object], bool]] = {
+    "str": lambda value: isinstance(value, str),
+    "int": _is_int,
+    "num": _is_num,
+    "bool": lambda value: isinstance(value, bool),
+    "obj": lambda value: isinstance(value, dict),
+}
+
+
 def _kind_ok(kind: str, value: object) -> bool:
-    if kind == "str":
-        return isinstance(value, str)
-    if kind == "int":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "num":
-        return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "bool":
-        return isinstance(value, bool)
-    return isinstance(value, dict)  # "obj"
+    return _KIND_CHECKS.get(kind, _KIND_CHECKS["obj"])(value)
+
+
+# SCHEMA compiled once: (field, kind, check, optional) per type. ``validate`` runs for every
+# line a bridge sends (hundreds a second while sessions stream), so it must not re-parse the
+# "str?" specs each time.
+_FIELDS: dict[str, tuple[tuple[str, str, Callable[[object], bool], bool], ...]] = {
+    kind: tuple(
+        (name, spec.rstrip("?"), _KIND_CHECKS.get(spec.rstrip("?"), _KIND_CHECKS["obj"]),
+         spec.endswith("?"))
+        for name, spec in fields.items()
+    )
+    for kind, fields in SCHEMA.items()
+}
 
 
 def _brief(value: object, limit: int = 40) -> str:
@@ -331,15 +353,14 @@ def validate(obj: object) -> dict[str, Any]:
     kind = obj.get("type")
     if not isinstance(kind, str) or not kind:
         raise ProtocolError("bad_type", f"type must be a non-empty string, got {_brief(kind)}")
-    for name, spec in SCHEMA.get(kind, {}).items():
-        optional = spec.endswith("?")
+    for name, field_kind, check, optional in _FIELDS.get(kind, ()):
         value = obj.get(name)
         if value is None:
             if not optional:
                 raise ProtocolError("missing_field", f"{_brief(kind)}: {name} is required")
             continue
-        if not _kind_ok(spec.rstrip("?"), value):
-            raise ProtocolError("bad_field", f"{_brief(kind)}: {name} must be {spec.rstrip('?')}")
+        if not check(value):
+            raise ProtocolError("bad_field", f"{_brief(kind)}: {name} must be {field_kind}")
     return obj
 
 
@@ -380,6 +401,8 @@ def parse_line(line: bytes | str) -> dict[str, Any]:
 
 
 def _build(kind: str, obj: Mapping[str, Any]) -> Any:
+    if kind == "event":  # most lines by far (every delta); both fields were validated
+        return Event(t=obj["t"], event=obj["event"])
     cls = _CLASSES[kind]
     values = {k: obj[k] for k in SCHEMA[kind] if obj.get(k) is not None}
     if "model" in values:

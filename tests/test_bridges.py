@@ -120,6 +120,25 @@ def test_events_are_enqueued_and_sessions_remembered(server, inbox):
     client.close()
 
 
+def test_lines_of_one_write_keep_their_order_and_are_all_counted(server, inbox):
+    """The bridge writes every coalesced delta of a window at once (issue 12): the daemon
+    handles the lines of one read together, in order, bad lines among them dropped alone."""
+    client = connect(server)
+    next_item(inbox, BridgeConnected)
+    deltas = [("ses_a", "one "), ("ses_b", "two "), ("ses_a", "three")]
+    lines = [
+        line({"type": "event", "t": 1, "event": {"type": "message.part.delta", "properties": {
+            "sessionID": sid, "messageID": "m", "partID": f"p-{sid}", "field": "text",
+            "delta": text}}}) for sid, text in deltas]
+    client.sendall(lines[0] + b"not json\n\n" + b"".join(lines[1:]))
+    items = [next_item(inbox, BridgeMessage) for _ in deltas]
+    assert [(m.message.session_id, m.message.properties["delta"]) for m in items] == deltas
+    assert server.counters().lines == 1 + len(deltas) + 1
+    assert server.counters().garbage == 1
+    assert {server.owner_of("ses_a"), server.owner_of("ses_b")} == {items[0].conn_id}
+    client.close()
+
+
 @pytest.mark.parametrize(
     ("bad", "counter"),
     [

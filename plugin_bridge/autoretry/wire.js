@@ -273,7 +273,13 @@ export function markContinuation(hookInput, output, pending) {
 // daemon a JSON decode, a dataclass and a queue hop, whatever its length. So the deltas of one
 // part are held for at most `windowMs` and sent as one delta with the texts joined: the daemon
 // sees the same characters in the same order, a few ms later. Anything else that is sent
-// flushes the held delta first, so the order of lines never changes.
+// flushes the held deltas first, so the order of lines never changes within a session.
+//
+// One delta is held per session (a session streams one part at a time; another part of the
+// same session flushes the held one first), and one timer serves them all: when it fires,
+// every held delta is sent in the same tick, so the bridge writes them in one socket write and
+// the daemon reads them with one recv (with 20 sessions streaming, a timer per part meant ~400
+// writes/s, each waking a daemon thread). No delta waits longer than `windowMs` either way.
 export const COALESCE_MS = 50
 export const COALESCE_MAX_CHARS = 1024
 
@@ -292,7 +298,8 @@ export class DeltaCoalescer {
     this.windowMs = windowMs
     this.maxChars = maxChars
     this.timers = timers
-    this.held = null // { key, event, t, timer }
+    this.held = new Map() // session id -> { key, event, t }, in the order they were first held
+    this.timer = null // the one window timer, running while anything is held
     this.joined = 0 // deltas folded into an earlier one (stats)
   }
 
@@ -301,30 +308,40 @@ export class DeltaCoalescer {
     const delta = event?.properties?.delta
     if (this.windowMs <= 0 || typeof delta !== "string") return false
     const key = deltaKey(event.properties)
-    const held = this.held
+    const session = String(event.properties.sessionID)
+    const held = this.held.get(session)
     if (held && held.key === key && held.event.properties.delta.length + delta.length <= this.maxChars) {
       held.event.properties.delta += delta
       this.joined += 1
       return true
     }
-    this.flush()
-    const timer = this.timers.setTimeout(() => this.flush(), this.windowMs)
-    timer?.unref?.()
-    this.held = { key, t, timer, event: { ...event, properties: { ...event.properties } } }
+    if (held) this.release(session, held)
+    this.held.set(session, { key, t, event: { ...event, properties: { ...event.properties } } })
+    if (this.timer === null) {
+      this.timer = this.timers.setTimeout(() => this.flush(), this.windowMs)
+      this.timer?.unref?.()
+    }
     return true
   }
 
-  flush() {
-    const held = this.held
-    if (!held) return
-    this.held = null
-    this.timers.clearTimeout(held.timer)
+  release(session, held) {
+    this.held.delete(session)
     this.emit(held.event, held.t)
+  }
+
+  // Sends every held delta now (oldest first) and stops the window's timer.
+  flush() {
+    if (this.timer !== null) this.timers.clearTimeout(this.timer)
+    this.timer = null
+    const held = [...this.held.values()]
+    this.held.clear()
+    for (const item of held) this.emit(item.event, item.t)
   }
 
   // The connection is gone: nothing is queued while disconnected, held deltas neither.
   drop() {
-    if (this.held) this.timers.clearTimeout(this.held.timer)
-    this.held = null
+    if (this.timer !== null) this.timers.clearTimeout(this.timer)
+    this.timer = null
+    this.held.clear()
   }
 }

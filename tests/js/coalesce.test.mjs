@@ -86,3 +86,47 @@ test("the window comes from the options, then AUTORETRY_BRIDGE_COALESCE_MS, else
   assert.equal(coalesceWindow({}, { AUTORETRY_BRIDGE_COALESCE_MS: "junk" }), COALESCE_MS)
   assert.equal(coalesceWindow({}, { AUTORETRY_BRIDGE_COALESCE_MS: "99999" }), 1000)
 })
+
+function sessionDelta(session, text, part = `p-${session}`) {
+  return { type: "message.part.delta", properties: { sessionID: session, messageID: "m", partID: part, field: "text", delta: text } }
+}
+
+test("the deltas of many sessions share one window: one timer, all sent in the same tick", () => {
+  const { c, out, timers } = coalescer()
+  c.add(sessionDelta("a", "a1"), 1)
+  c.add(sessionDelta("b", "b1"), 2)
+  c.add(sessionDelta("a", "a2"), 3)
+  c.add(sessionDelta("c", "c1"), 4)
+  c.add(sessionDelta("b", "b2"), 5)
+  assert.equal(timers.due.size, 1)
+  assert.deepEqual(out, [])
+  timers.fire()
+  assert.deepEqual(out.map(([part, , text, t]) => [part, text, t]),
+    [["p-a", "a1a2", 1], ["p-b", "b1b2", 2], ["p-c", "c1", 4]])
+  assert.equal(timers.due.size, 0)
+})
+
+test("another part of one session flushes only that session's held delta, at once", () => {
+  const { c, out, timers } = coalescer()
+  c.add(sessionDelta("a", "x", "p1"), 1)
+  c.add(sessionDelta("b", "y"), 2)
+  c.add(sessionDelta("a", "z", "p2"), 3)
+  assert.deepEqual(out.map(([part, , text]) => [part, text]), [["p1", "x"]])
+  timers.fire()
+  assert.deepEqual(out.map(([part, , text]) => [part, text]), [["p1", "x"], ["p-b", "y"], ["p2", "z"]])
+})
+
+test("flush sends every held delta and stops the timer; a new delta starts a new window", () => {
+  const { c, out, timers } = coalescer()
+  c.add(sessionDelta("a", "1"), 1)
+  c.add(sessionDelta("b", "2"), 2)
+  c.flush()
+  assert.equal(out.length, 2)
+  assert.equal(timers.due.size, 0)
+  c.add(sessionDelta("a", "3"), 3)
+  assert.equal(timers.due.size, 1)
+  c.drop()
+  assert.equal(timers.due.size, 0)
+  timers.fire()
+  assert.equal(out.length, 2)
+})
