@@ -27,6 +27,8 @@ from pathlib import Path
 #: Bump to make every existing index rebuild itself (its layout or meaning changed).
 INDEX_VERSION = "1"
 BUSY_TIMEOUT_S = 30.0
+#: Keys per ``IN (...)`` query (SQLite's default limit of variables is 32 766 since 3.32).
+_IN_CHUNK = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -199,6 +201,24 @@ class StepIndex:
     def memo_entries(self) -> dict[str, tuple[str, int, int, bytes]]:
         """key -> (session_id, gen, valid_from, blob)."""
         rows = self.conn.execute("SELECT key, session_id, gen, valid_from, blob FROM memo")
+        return {k: (s, g, v, b) for k, s, g, v, b in rows}
+
+    def memo_for(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int, bytes]]:
+        """The entries of ``keys`` (those remembered), as ``memo_entries``."""
+        found: dict[str, tuple[str, int, int, bytes]] = {}
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            sql = (
+                "SELECT key, session_id, gen, valid_from, blob FROM memo"
+                f" WHERE key IN ({','.join('?' * len(chunk))})"
+            )
+            found.update((k, (s, g, v, b)) for k, s, g, v, b in self.conn.execute(sql, chunk))
+        return found
+
+    def memo_under(self, prefix: str) -> dict[str, tuple[str, int, int, bytes]]:
+        """The entries whose key starts with ``prefix`` (a range of the primary key)."""
+        sql = "SELECT key, session_id, gen, valid_from, blob FROM memo WHERE key >= ? AND key < ?"
+        rows = self.conn.execute(sql, (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)))
         return {k: (s, g, v, b) for k, s, g, v, b in rows}
 
     def put_memo(self, entries: Iterable[tuple[str, str, int, int, bytes]]) -> None:
