@@ -18,7 +18,6 @@ from __future__ import annotations
 import marshal
 import pickle
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -41,8 +40,8 @@ def encode(value: Any) -> bytes:
     """``value``: a list of lean ``ClassifiedStep`` (flat), or anything (pickled)."""
     if isinstance(value, list) and all(type(i) is ClassifiedStep for i in value):
         try:
-            return _FLAT + marshal.dumps(tuple(_item(i) for i in value))
-        except (_NotFlat, ValueError):
+            return _FLAT + marshal.dumps(_items(value))
+        except (_NotFlat, ValueError, TypeError):  # TypeError: an unhashable opener
             pass
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -103,6 +102,17 @@ def _message(m: Message) -> tuple[Any, ...]:
     )
 
 
+def _items(items: list[ClassifiedStep]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """(the openers, each once; the items, each naming its opener by position): a group's
+    steps share one opener, and so do their decoded turns."""
+    openers: dict[tuple[Any, ...], int] = {}
+    flat = []
+    for item in items:
+        step, opener, verdict = _item(item)
+        flat.append((step, openers.setdefault(opener, len(openers)), verdict))
+    return tuple(openers), tuple(flat)
+
+
 def _item(item: ClassifiedStep) -> tuple[Any, ...]:
     step, turn, v = item.step, item.turn, item.verdict
     if type(turn) is not Turn or turn.followups or turn.steps != (step,):
@@ -125,17 +135,37 @@ class _Decoder:
         self._tokens: dict[tuple[int, ...], Tokens] = {}
         self._errors: dict[tuple[Any, ...], ErrorInfo] = {}
 
-    def items(self, flat: Sequence[tuple[Any, ...]]) -> list[ClassifiedStep]:
-        return [self._item(*values) for values in flat]
+    def items(self, flat: tuple[Sequence[tuple[Any, ...]], Sequence[Any]]) -> list[ClassifiedStep]:
+        openers, items = flat
+        users = [self._message(values) for values in openers]
+        return [self._item(step, users[user], verdict) for step, user, verdict in items]
 
     def _item(
-        self, step_values: tuple[Any, ...], user_values: tuple[Any, ...], v: tuple[Any, ...]
+        self, step_values: tuple[Any, ...], user: Message, v: tuple[Any, ...]
     ) -> ClassifiedStep:
-        step, user = self._message(step_values), self._message(user_values)
+        step = self._message(step_values)
         error = step.error if v[5] == _SAME_ERROR else self._error(v[5])
-        verdict = _build(Verdict, _VERDICT, (_KINDS[v[0]], *v[1:5], error, *v[6:]))
-        turn = _build(Turn, _TURN, (step.session_id, user, (step,), ()))
-        return _build(ClassifiedStep, _ITEM, (step, turn, verdict))
+        verdict = _new(Verdict)
+        _fill(
+            verdict,
+            {
+                "kind": _KINDS[v[0]],
+                "retryable": v[1],
+                "reason": v[2],
+                "message_id": v[3],
+                "retry_after_ms": v[4],
+                "error": error,
+                "text": v[6],
+                "give_up": v[7],
+            },
+        )
+        turn = _new(Turn)
+        _fill(
+            turn, {"session_id": step.session_id, "user": user, "steps": (step,), "followups": ()}
+        )
+        item = _new(ClassifiedStep)
+        _fill(item, {"step": step, "turn": turn, "verdict": verdict})
+        return item
 
     def _time(self, us: int | None) -> datetime | None:
         if us is None:
@@ -158,30 +188,47 @@ class _Decoder:
         tokens = self._tokens.get(v[7])
         if tokens is None:
             tokens = self._tokens[v[7]] = Tokens(*v[7])
-        created = self._time(v[3])
-        assert created is not None
-        values = (v[0], v[1], _ROLES[v[2]], created, self._time(v[4]), v[5], v[6], tokens)
-        return _build(Message, _MESSAGE, (*values, self._error(v[8]), *v[9:], ()))
+        message = _new(Message)
+        _fill(
+            message,
+            {
+                "id": v[0],
+                "session_id": v[1],
+                "role": _ROLES[v[2]],
+                "time_created": self._time(v[3]),
+                "time_completed": self._time(v[4]),
+                "parent_id": v[5],
+                "finish": v[6],
+                "tokens": tokens,
+                "error": self._error(v[8]),
+                "agent": v[9],
+                "mode": v[10],
+                "provider_id": v[11],
+                "model_id": v[12],
+                "variant": v[13],
+                "summary": v[14],
+                "parts": (),
+            },
+        )
+        return message
 
 
-def _names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in fields(cls))
-
-
-_MESSAGE, _TURN, _VERDICT, _ITEM = (_names(c) for c in (Message, Turn, Verdict, ClassifiedStep))
-_T = TypeVar("_T")
-
-
-def _build(cls: type[_T], names: tuple[str, ...], values: tuple[Any, ...]) -> _T:
+def _new(cls: type[_T]) -> _T:
     """A frozen dataclass without its ``__init__`` (one ``setattr`` per field: most of the
-    decoding time). Only for classes without ``__post_init__`` or slots (checked below)."""
-    obj = object.__new__(cls)
-    object.__setattr__(obj, "__dict__", dict(zip(names, values, strict=True)))
-    return obj
+    decoding time); ``_fill`` gives it every field (the displays above name them all:
+    tests/diagnostics/test_memo_codec.py compares every field). Only for classes without
+    ``__post_init__`` or slots (checked below)."""
+    return object.__new__(cls)
 
 
+def _fill(obj: object, values: dict[str, Any]) -> None:
+    object.__setattr__(obj, "__dict__", values)
+
+
+_T = TypeVar("_T")
 for _cls in (Message, Turn, Verdict, ClassifiedStep):
     assert not hasattr(_cls, "__post_init__") and not hasattr(_cls, "__slots__"), _cls
+    assert "__slots__" not in vars(_cls) and "__dict__" in dir(_cls), _cls
 
 
 def _frozen(headers: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:

@@ -8,7 +8,7 @@ OpenCode's DB, and holds what the full scans of ``diagnose`` and ``trace`` would
 - ``open_row``: assistant rows OpenCode may still update (no ``time.completed``), with a
   fingerprint of the row and its parts, re-read on every sync until they end;
 - ``session_gen``: a counter per session, bumped whenever a row of the session changes;
-- ``memo``: classifications (pickled, see ``indexed_db.py``) keyed by what they were computed
+- ``memo``: classifications (flat values, see ``memo_codec.py``) keyed by what they were computed
   from, valid while their session's counter is unchanged;
 - ``meta``: the DB's identity (device, inode), the rowid watermarks and the id at each (a
   VACUUM that renumbered rows changes it), the row counts (rows deleted lower them).
