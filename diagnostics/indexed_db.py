@@ -13,13 +13,13 @@ DB, so the output is the scan's, byte for byte (tests/diagnostics/test_index_ran
 from __future__ import annotations
 
 import hashlib
-import pickle
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from opencode_autoretry.diagnostics.memo_codec import decode, encode
 from opencode_autoretry.diagnostics.step_index import CandidateRow, StepIndex
 from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows
 from opencode_autoretry.diagnostics.trace import Outcome, message_links
@@ -39,6 +39,8 @@ MARKED = MARKED_PART_TEXT
 _SETTLE_MS = int(SETTLE.total_seconds() * 1000)
 #: More memo entries than this (old windows' groups pile up): start again.
 MEMO_LIMIT = 500_000
+#: The prefix of trace's entries (one per continuation message).
+_LINKS = "links\0"
 
 
 class StubData(dict[str, Any]):
@@ -154,12 +156,12 @@ class GroupMemo:
 
     def __init__(self, index_file: Path) -> None:
         self.index_file = index_file
-        index = StepIndex.open(index_file, readonly=True)
-        try:
-            self._gens = index.generations()
-            self._entries = index.memo_entries()
-        finally:
-            index.close()
+        self._reader: StepIndex | None = StepIndex.open(index_file, readonly=True)
+        self._gens = self._reader.generations()
+        # Entries are read when a report asks for their keys (diagnose 7 needs a fifth of
+        # them; reading every blob up front was ~0.1 s at 1 M messages).
+        self._entries: dict[str, tuple[str, int, int, bytes]] = {}
+        self._links_read = False
         self._new: list[tuple[str, str, int, int, bytes]] = []
         self.hits = 0
         self.misses = 0
@@ -181,8 +183,12 @@ class GroupMemo:
         flags = (runaway_steps, whole_turn, lean)
         found: list[ClassifiedStep] = []
         missed: list[tuple[str, str, list[MessageRow]]] = []
-        for (session_id, parent), members in groups.items():
-            key = _key(flags, session_id, parent, members)
+        keyed = [
+            (_key(flags, sid, parent, members), sid, members)
+            for (sid, parent), members in groups.items()
+        ]
+        self._read([key for key, _, _ in keyed])
+        for key, session_id, members in keyed:
             remembered = self._recall(key, session_id, now)
             if remembered is None:
                 missed.append((key, session_id, members))
@@ -205,6 +211,21 @@ class GroupMemo:
         found.sort(key=lambda c: (c.step.time_created, c.step.id))
         return found
 
+    def _read(self, keys: Sequence[str]) -> None:
+        wanted = [k for k in keys if k not in self._entries]
+        if wanted and self._reader is not None:
+            self._entries.update(self._reader.memo_for(wanted))
+
+    def _read_links(self) -> None:
+        if not self._links_read and self._reader is not None:
+            self._entries.update(self._reader.memo_under(_LINKS))
+        self._links_read = True
+
+    def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
     def _recall(self, key: str, session_id: str, now: datetime) -> Any:
         entry = self._entries.get(key)
         if entry is None:
@@ -218,7 +239,7 @@ class GroupMemo:
             self.misses += 1
             return None
         self.hits += 1
-        return pickle.loads(blob)
+        return decode(blob)
 
     def _remember(
         self, key: str, session_id: str, items: list[ClassifiedStep], now: datetime
@@ -231,7 +252,7 @@ class GroupMemo:
     def _keep(self, key: str, session_id: str, value: Any, valid_from: int, now: datetime) -> None:
         if to_epoch_ms(now) < valid_from:
             return  # it may still change with the clock alone
-        blob = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = encode(value)
         gen = self._gens.get(session_id, 0)
         self._new.append((key, session_id, gen, valid_from, blob))
 
@@ -239,7 +260,8 @@ class GroupMemo:
         self, db: OpenCodeDB, message: Message, now: datetime
     ) -> tuple[ClassifiedStep | None, Outcome]:
         """``trace``'s ``message_links``, remembered per continuation message."""
-        key, session_id = f"links\0{message.id}", message.session_id
+        key, session_id = f"{_LINKS}{message.id}", message.session_id
+        self._read_links()
         remembered = self._recall(key, session_id, now)
         if remembered is not None:
             trigger, outcome = remembered
@@ -252,12 +274,13 @@ class GroupMemo:
 
     def flush(self) -> None:
         """Write what was learnt (one transaction; a failure only loses the memo)."""
+        self.close()
         if not self._new:
             return
         index = StepIndex.open(self.index_file)
         try:
             index.conn.execute("BEGIN IMMEDIATE")
-            if len(self._entries) + len(self._new) > MEMO_LIMIT:
+            if index.memo_count() + len(self._new) > MEMO_LIMIT:
                 index.drop_memo()
             index.put_memo(self._new)
             index.conn.execute("COMMIT")
@@ -269,7 +292,7 @@ class GroupMemo:
 def lean_step(item: ClassifiedStep, keep_parts: bool = False) -> ClassifiedStep:
     """What the reports read of a classified step, without what only the classifier read:
     the earlier steps of its turn, and (for diagnose) its parts. A memo hit then rebuilds a
-    few objects per step instead of a whole turn (unpickling was most of a warm run)."""
+    few objects per step instead of a whole turn (decoding them is most of a warm run)."""
     step = item.step if keep_parts else replace(item.step, parts=())
     turn = Turn(item.turn.session_id, item.turn.user, (step,))
     return replace(item, step=step, turn=turn)
@@ -278,5 +301,6 @@ def lean_step(item: ClassifiedStep, keep_parts: bool = False) -> ClassifiedStep:
 def _key(
     flags: tuple[int, bool, bool], session_id: str, parent: str, rows: list[MessageRow]
 ) -> str:
-    text = "\0".join([repr(flags), session_id, parent, *sorted(r.id for r in rows)])
+    ids = [rows[0].id] if len(rows) == 1 else sorted(r.id for r in rows)
+    text = "\0".join([repr(flags), session_id, parent, *ids])
     return hashlib.sha1(text.encode()).hexdigest()

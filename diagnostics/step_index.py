@@ -8,7 +8,7 @@ OpenCode's DB, and holds what the full scans of ``diagnose`` and ``trace`` would
 - ``open_row``: assistant rows OpenCode may still update (no ``time.completed``), with a
   fingerprint of the row and its parts, re-read on every sync until they end;
 - ``session_gen``: a counter per session, bumped whenever a row of the session changes;
-- ``memo``: classifications (pickled, see ``indexed_db.py``) keyed by what they were computed
+- ``memo``: classifications (flat values, see ``memo_codec.py``) keyed by what they were computed
   from, valid while their session's counter is unchanged;
 - ``meta``: the DB's identity (device, inode), the rowid watermarks and the id at each (a
   VACUUM that renumbered rows changes it), the row counts (rows deleted lower them).
@@ -27,6 +27,8 @@ from pathlib import Path
 #: Bump to make every existing index rebuild itself (its layout or meaning changed).
 INDEX_VERSION = "1"
 BUSY_TIMEOUT_S = 30.0
+#: Keys per ``IN (...)`` query (SQLite's default limit of variables is 32 766 since 3.32).
+_IN_CHUNK = 500
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -199,6 +201,24 @@ class StepIndex:
     def memo_entries(self) -> dict[str, tuple[str, int, int, bytes]]:
         """key -> (session_id, gen, valid_from, blob)."""
         rows = self.conn.execute("SELECT key, session_id, gen, valid_from, blob FROM memo")
+        return {k: (s, g, v, b) for k, s, g, v, b in rows}
+
+    def memo_for(self, keys: Sequence[str]) -> dict[str, tuple[str, int, int, bytes]]:
+        """The entries of ``keys`` (those remembered), as ``memo_entries``."""
+        found: dict[str, tuple[str, int, int, bytes]] = {}
+        for start in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[start : start + _IN_CHUNK]
+            sql = (
+                "SELECT key, session_id, gen, valid_from, blob FROM memo"
+                f" WHERE key IN ({','.join('?' * len(chunk))})"
+            )
+            found.update((k, (s, g, v, b)) for k, s, g, v, b in self.conn.execute(sql, chunk))
+        return found
+
+    def memo_under(self, prefix: str) -> dict[str, tuple[str, int, int, bytes]]:
+        """The entries whose key starts with ``prefix`` (a range of the primary key)."""
+        sql = "SELECT key, session_id, gen, valid_from, blob FROM memo WHERE key >= ? AND key < ?"
+        rows = self.conn.execute(sql, (prefix, prefix[:-1] + chr(ord(prefix[-1]) + 1)))
         return {k: (s, g, v, b) for k, s, g, v, b in rows}
 
     def put_memo(self, entries: Iterable[tuple[str, str, int, int, bytes]]) -> None:
