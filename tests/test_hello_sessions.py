@@ -81,7 +81,8 @@ def test_at_most_the_most_recent_sessions_are_taken():
     assert isinstance(hello, Hello)
     states, _ = session_states(hello)
     assert len(states) == HELLO_SESSIONS
-    assert states[0].session_id == "ses_0010" and states[-1].session_id == f"ses_{HELLO_SESSIONS + 9:04}"
+    assert states[0].session_id == "ses_0010"
+    assert states[-1].session_id == f"ses_{HELLO_SESSIONS + 9:04}"
 
 
 def test_a_hello_with_sessions_goes_over_the_wire_and_back():
