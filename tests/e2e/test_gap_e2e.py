@@ -9,6 +9,8 @@ must continue the two failures once each and leave the other two alone.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from daemon_process import DaemonProcess, wait_until
 from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok, injected
@@ -67,3 +69,34 @@ def test_faults_that_end_while_the_daemon_is_down_are_continued_once(
     assert decisions(d, healthy) == [] and injected(server, healthy) == []
     assert [x.action for x in decisions(d, spent)] == ["inject", "inject", "notify"]
     assert len(injected(server, spent)) == 2
+
+
+def test_a_session_no_heartbeat_named_is_continued_once_its_bridge_says_hello(
+    provider, daemon, start_opencode
+):
+    # Found by the soak: a session created just before a SIGKILL is in no heartbeat's owners;
+    # the restarted daemon judged its failed turn ownerless and never looked at it again. Its
+    # bridge's hello names it now (the sessions its process saw), so it is continued, once.
+    d = daemon()
+    server = connect(start_opencode, d)
+    assert d.process is not None
+    d.process.send_signal(signal.SIGSTOP)  # frozen: no heartbeat can name what comes now
+    try:
+        fresh = server.create_session()["id"]
+    finally:
+        d.kill()
+    server.prompt_async(fresh, "Say hello [[s:blank]]")
+    server.wait_idle(fresh, TURN)
+    assert fresh not in owners(d)
+    in_gap = len(provider.requests())
+
+    mark = len(d.lines())
+    d.start()
+    d.wait_log("connected: pid", TURN, after=mark)
+    confirmed(d, fresh)
+    wait_until(lambda: finished_ok(server, fresh), TURN, "the continued turn completes")
+    d.wait_log("sessions judged", TURN, after=mark)  # the DB-wide look-back ran too
+
+    assert len(injected(server, fresh)) == 1
+    assert len(provider.requests()) == in_gap + 1
+    assert [x.action for x in decisions(d, fresh) if x.action != "skip"] == ["inject"]
