@@ -12,8 +12,16 @@ from __future__ import annotations
 import signal
 
 import pytest
-from daemon_process import DaemonProcess, wait_until
-from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok, injected
+from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
+from test_daemon_e2e import (
+    TURN,
+    confirmed,
+    connect,
+    decisions,
+    finished_ok,
+    injected,
+    injections,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -100,3 +108,30 @@ def test_a_session_no_heartbeat_named_is_continued_once_its_bridge_says_hello(
     assert len(injected(server, fresh)) == 1
     assert len(provider.requests()) == in_gap + 1
     assert [x.action for x in decisions(d, fresh) if x.action != "skip"] == ["inject"]
+
+
+@pytest.mark.opencode("session_permission_rules")
+def test_a_permission_wait_through_a_restart_is_left_alone(provider, daemon, start_opencode):
+    # The negative case of the hello's named sessions: one waiting on the user is restored as
+    # such (the daemon's log says so) and nothing is judged or sent until it is answered.
+    d = daemon(config="stall_timeout = 2.0\n" + FAST_CONFIG)
+    server = connect(start_opencode, d)
+    rules = [{"permission": "bash", "pattern": "*", "action": "ask"}]
+    assert d.process is not None
+    d.process.send_signal(signal.SIGSTOP)  # frozen: the session is in no heartbeat
+    try:
+        session = server.ok("POST", "/session", {"permission": rules})["id"]
+        server.prompt_async(session, "Run it [[s:tool]]")
+        asked = server.events.wait_for(lambda e: e.get("type") == "permission.asked", TURN,
+                                       "permission")
+    finally:
+        d.kill()
+    mark = len(d.lines())
+    d.start()
+    named = d.wait_log("sessions (", TURN, after=mark)
+    assert "names 1 sessions (1 waiting on the user)" in named, named
+    d.wait_log("sessions judged", TURN, after=mark)  # the look-back ran and passed it over
+    server.ok("POST", f"/permission/{asked['properties']['id']}/reply", {"reply": "once"})
+    wait_until(lambda: finished_ok(server, session), TURN, "the turn ends once answered")
+    assert decisions(d, session) == [] and injections(d, session) == []
+    assert injected(server, session) == []
