@@ -4,9 +4,14 @@ checks the bridge that writes it, and the shared fixtures hold one of each."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from opencode_autoretry.daemon.reattach import adopt_named
+from opencode_autoretry.daemon.sessions import Sessions
 from opencode_autoretry.plugin_bridge import protocol
 from opencode_autoretry.plugin_bridge.protocol import (
     HELLO_ASKS,
@@ -88,3 +93,28 @@ def test_at_most_the_most_recent_sessions_are_taken():
 def test_a_hello_with_sessions_goes_over_the_wire_and_back():
     hello = Hello(pid=7, directory="/p", sessions={"ses_a": {"status": "idle"}})
     assert protocol.decode_from_bridge(protocol.encode(hello)) == hello
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner,
+                                                                 max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["ses_a", "ses_b", "x", ""]) | st.text(max_size=6),
+                       JSON, max_size=5))
+def test_any_sessions_object_parses_or_drops_and_restores_without_crashing(named):
+    hello = protocol.decode_from_bridge(line(sessions=named))
+    assert isinstance(hello, Hello)
+    states, dropped = session_states(hello)
+    assert len(states) + dropped == len(named)
+    sessions = Sessions()
+    now = datetime(2026, 12, 1, tzinfo=UTC)
+    adopted = adopt_named(sessions, "b1", hello, {"b1"}, now)
+    assert adopted == [s.session_id for s in states]
+    for state in states:
+        view = sessions.ensure(state.session_id)
+        assert view.owner == "b1" and view.permissions == set(state.permissions)
