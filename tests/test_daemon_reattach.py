@@ -203,3 +203,50 @@ def test_the_hello_owners_reach_the_next_heartbeat(tmp_path):
     h.advance(1)
     beat = h.store.heartbeat()
     assert beat is not None and beat.info["owners"].get(sid) == PID
+
+
+def cut_under_the_send(h: Harness) -> str:
+    """Found by the long soak: a blank reply is decided and its continuation goes out at once,
+    into a socket that is being cut; the close reaches the daemon just after."""
+    hello(h, {})
+    sid = h.session()
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    h.blank_step(sid, user)
+    h.bridge.alive = set()  # the write fails: the line never left whole
+    h.idle(sid)
+    h.closed()
+    [injection] = h.store.injections(sid)
+    assert injection.state == "intent" and h.prompts() == []
+    return sid
+
+
+def test_a_continuation_whose_send_met_a_socket_cut_goes_out_after_the_hello(tmp_path):
+    h = Harness(tmp_path)
+    sid = cut_under_the_send(h)
+    hello(h, {sid: IDLE}, conn="b2")
+    h.advance(OWNER_GRACE.total_seconds())
+    assert [(c, p.session_id) for c, p in h.bridge.sent if p in h.prompts()] == [("b2", sid)]
+    assert [d.action for d in h.store.decisions(sid)] == ["inject"]  # decided once
+    assert len(h.store.injections(sid)) == 1
+
+
+def test_a_continuation_cut_off_from_a_bridge_that_never_returns_fails_unsent(tmp_path):
+    h = Harness(tmp_path)
+    sid = cut_under_the_send(h)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == []
+    [injection] = h.store.injections(sid)
+    assert injection.state == "failed" and "no live owner" in (injection.error or "")
+
+
+def test_a_continuation_that_can_never_be_written_is_failed_after_a_few_tries(tmp_path):
+    h = Harness(tmp_path)
+    sid = cut_under_the_send(h)
+    message = protocol.Hello(pid=PID, directory="/work/project", sessions={sid: IDLE})
+    h.loop.handle(BridgeConnected("b2", message, h.clock.now()))  # owned, every write breaks
+    for _ in range(5):
+        h.advance(1)
+    [injection] = h.store.injections(sid)
+    assert injection.state == "failed" and h.prompts() == []
