@@ -354,6 +354,11 @@ class Store(_Reader):
     def mark_sent(self, injection_id: int, at: datetime) -> None:
         self._move(injection_id, "sent", "sent_at = ?", (to_epoch_ms(at),))
 
+    def mark_unsent(self, injection_id: int, why: str) -> None:
+        """Back to an intent: its line never left whole (issue 11, see ``Actions``)."""
+        self._write("UPDATE injections SET state = 'intent', sent_at = NULL, error = ? "
+                    "WHERE id = ? AND state = 'sent'", (why, injection_id))
+
     def mark_confirmed(self, injection_id: int, at: datetime, message_id: str | None) -> None:
         self._move(injection_id, "confirmed", "confirmed_at = ?, message_id = ?",
                    (to_epoch_ms(at), message_id))

@@ -41,6 +41,10 @@ _LABELS: Mapping[Kind, str] = {
 }
 
 
+#: Writes of one injection that may break before it is failed for good (``Actions._unsent``).
+UNSENT_TRIES = 3
+
+
 class BridgeSender(Protocol):
     def send(self, conn_id: str, request: Any) -> bool: ...
 
@@ -110,6 +114,7 @@ class Actions:
         self.pending: dict[str, PendingRetry] = {}  # session -> its waiting retry
         self._kinds: dict[int, str] = {}  # injection id -> kind, for the marker
         self._models: dict[int, str] = {}  # injection id -> "provider/model" (fallback)
+        self._unsent_tries: dict[int, int] = {}  # injection id -> writes that broke
         #: Called with every recorded decision (notifications outside OpenCode, issue 10).
         self.listeners: list[Callable[[Decision, int, datetime], None]] = []
 
@@ -229,8 +234,7 @@ class Actions:
         # after it leaves cannot make the intent look unsent (never twice, issue 11).
         self.store.mark_sent(injection.id, now)
         if not self._bridge.send(owner, prompt):
-            self._close(injection, now, "not sent: bridge connection lost", failed=True)
-            return Outcome(False, "bridge connection lost")
+            return self._unsent(injection, now)
         self.pending.pop(injection.session_id, None)
         self.log_line(injection.session_id, f"autoretry sent {injection.text!r}")
         return Outcome(True, "sent")
@@ -253,6 +257,21 @@ class Actions:
                 self._close(injection, now, reason, failed=False)
                 cancelled += 1
         return cancelled
+
+    def _unsent(self, injection: InjectionRecord, now: datetime) -> Outcome:
+        """The owner's connection broke under the write. A failed write ends before the
+        line's newline, and the bridge runs complete lines only, so OpenCode never got it: the
+        intent waits for the session's owner again (the hello after a socket cut), or fails
+        after the owner grace like any intent without one. A few times at most, so a line
+        that can never be written (too long) cannot come back on every tick."""
+        why = "not sent: bridge connection lost"
+        tries = self._unsent_tries[injection.id] = self._unsent_tries.get(injection.id, 0) + 1
+        if tries > UNSENT_TRIES:
+            self._close(injection, now, why, failed=True)
+        else:
+            self.store.mark_unsent(injection.id, why)
+            log.info("injection %s %s; it waits for its session's owner", injection.id, why)
+        return Outcome(False, "bridge connection lost")
 
     def _close(self, injection: InjectionRecord, now: datetime, why: str, *, failed: bool) -> None:
         if failed:

@@ -10,6 +10,9 @@ not be judged). Nothing is replayed by anyone, so the loop looks back itself:
   heartbeat is judged at once, as the DB-only watch would have;
 - a bridge reconnected: the sessions it owned when it closed are idle and settled: their last
   turn is judged when it says hello again;
+- a hello names the sessions its process saw (``daemon.reattach``): one whose last ended step
+  was only skipped for a reason that has passed (no live owner: a session no heartbeat had
+  named yet, judged ownerless after a restart) is judged again, through the same review;
 - OpenCode's DB came back: every session with a message since it was lost is judged.
 
 Exactly once: a turn whose failure the store already has a decision for (other than a skip for
@@ -85,6 +88,7 @@ class GapReview:
         self._judge = judge
         self._waiting: dict[str, Waiting] = {}
         self._ready: dict[str, datetime] = {}  # owner back: judge once the DB is readable
+        self._named: set[str] = set()  # named by a hello: re-judged if only skipped (see doc)
         self._scans: list[tuple[datetime, str]] = []  # (since, why) of DB-wide look-backs
         self._lost: dict[str, datetime] = {}  # why -> when a part was first lost
         self.judged = 0  # turns judged after a gap (status, tests)
@@ -124,9 +128,12 @@ class GapReview:
 
     # -- what closes it -----------------------------------------------------------------------
 
-    def bridge_hello(self, conn_id: str, pid: int, now: datetime) -> int:
-        """The process is back: it owns its sessions again and their last turns are judged."""
-        mine = sorted(s for s, w in self._waiting.items() if w.pid == pid)
+    def bridge_hello(self, conn_id: str, pid: int, now: datetime,
+                     named: Iterable[str] = ()) -> int:
+        """The process is back: it owns its sessions again and their last turns are judged;
+        ``named``: the sessions its hello named that this connection now owns."""
+        named = set(named)
+        mine = sorted(s for s, w in self._waiting.items() if w.pid == pid or s in named)
         for session_id in mine:
             view = self._sessions.ensure(session_id)
             if view.owner is None:
@@ -134,6 +141,7 @@ class GapReview:
             self._ready[session_id] = self._waiting.pop(session_id).since
         if mine:
             log.info("gap: bridge %s (pid %d) is back with %d sessions", conn_id, pid, len(mine))
+        self._named |= named - set(mine)
         return self._judge_ready(now)
 
     def tick(self, now: datetime) -> int:
@@ -161,8 +169,13 @@ class GapReview:
         return judged + self._judge_ready(now)
 
     def _judge_ready(self, now: datetime) -> int:
-        if not self._ready or self._db() is None:
+        if (not self._ready and not self._named) or self._db() is None:
             return 0  # judged once OpenCode's DB is readable again (see ``tick``)
+        for session_id in sorted(self._named - set(self._ready)):
+            ended_step = self._only_skipped(session_id, now)
+            if ended_step is not None:
+                self._ready[session_id] = ended_step
+        self._named.clear()
         judged = 0
         for session_id, since in sorted(self._ready.items()):
             judged += self._review(session_id, since, now)
@@ -196,15 +209,32 @@ class GapReview:
         self.judged += 1
         return 1
 
+    def _only_skipped(self, session_id: str, now: datetime) -> datetime | None:
+        """When the session's last step ended (its gap review's start), if every decision
+        about it is a skip whose reason can have passed; None: nothing to judge again (no
+        ended step, too old, never judged: live events and the scans decide those)."""
+        db = self._db()
+        turn = db.last_turn(session_id) if db is not None else None
+        step = turn.last_step if turn is not None else None
+        if step is None or not ended(step) or ended_at(step) < now - MAX_AGE:
+            return None
+        mine = [d for d in self._store.decisions(session_id, since=ended_at(step) - LOOKBACK)
+                if d.message_id == step.id]
+        if not mine or not all(_transient(d) for d in mine):
+            return None
+        log.info("gap: %s named by its bridge, only skipped so far (%s): judged again",
+                 session_id, mine[-1].reason)
+        return ended_at(step)
+
     def _judged_before(self, session_id: str, message_id: str, since: datetime) -> bool:
-        for decision in self._store.decisions(session_id, since=since):
-            if decision.message_id != message_id:
-                continue
-            transient = decision.action == str(Action.SKIP) and any(
-                reason in decision.reason for reason in TRANSIENT_SKIPS)
-            if not transient:
-                return True
-        return False
+        return any(decision.message_id == message_id and not _transient(decision)
+                   for decision in self._store.decisions(session_id, since=since))
+
+
+def _transient(decision: DecisionRecord) -> bool:
+    """A skip for a reason that can have passed since (the turn may be judged again)."""
+    return decision.action == str(Action.SKIP) and any(
+        reason in decision.reason for reason in TRANSIENT_SKIPS)
 
 
 def _parse_time(raw: object) -> datetime | None:

@@ -36,6 +36,7 @@ from opencode_autoretry.daemon.judge import Judge, Owner
 from opencode_autoretry.daemon.notifier import DeliveryResult
 from opencode_autoretry.daemon.notify_actions import Enqueuer, Notifications
 from opencode_autoretry.daemon.parts import STORE, PartHealth
+from opencode_autoretry.daemon.reattach import adopt_named
 from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
@@ -185,8 +186,11 @@ class Loop:
             self.bridges[item.conn_id] = item.hello
             log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
                      item.hello.directory)
-            # What ended while it was away is judged before its old retries may fire.
-            self.gap.bridge_hello(item.conn_id, item.hello.pid, now)
+            # The sessions it names are its own again, with their live state (issue 11) ...
+            named = adopt_named(self.sessions, item.conn_id, item.hello, self.bridges, now)
+            self._last_beat = None if named else self._last_beat  # owners into the heartbeat
+            # ... and what ended while it was away is judged before its old retries may fire.
+            self.gap.bridge_hello(item.conn_id, item.hello.pid, now, named)
             self.recovery.adopt(item.conn_id, item.hello.pid, now)
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):

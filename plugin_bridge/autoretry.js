@@ -18,7 +18,7 @@ import {
   BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
   LineBuffer, processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath,
   trimEvent, WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer,
-  isExecRun, markContinuation, pendingExecMarker,
+  isExecRun, markContinuation, pendingExecMarker, SessionBook,
 } from "./autoretry/wire.js"
 
 // Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
@@ -83,6 +83,7 @@ export class Bridge {
     this.version = null
     this.timer = null
     this.trims = new TrimBook(options.trimLimit)
+    this.book = new SessionBook(options.sessionLimit) // what the hello names (issue 11)
     this.penalties = {}
     this.deltas = new DeltaCoalescer((event, t) => this.send("event", { t, event }, "delta"),
       coalesceWindow(options))
@@ -122,7 +123,7 @@ export class Bridge {
       this.buffer = new LineBuffer(MAX_LINE_BYTES)
       const hello = { pid: process.pid, directory: this.directory, project: this.project,
         opencode: await this.opencodeVersion(), bridge: BRIDGE_VERSION, server_url: this.serverUrl(),
-        exec: isExecRun() }
+        exec: isExecRun(), sessions: this.book.toWire() }
       if (this.socket !== socket) return
       this.queue.unshift(encodeMessage("hello", hello), "control")
       this.ready = true
@@ -296,6 +297,9 @@ export class Bridge {
   }
 
   forwardEvent(event) {
+    try {
+      this.book.note(event) // connected or not: the next hello says what happened meanwhile
+    } catch {}
     if (!event || !FORWARDED_EVENTS.has(event.type)) return
     const t = Date.now()
     if (event.type === "message.part.delta") {

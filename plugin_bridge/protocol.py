@@ -29,6 +29,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "bridge": "str?",
         "server_url": "str?",
         "exec": "bool?",  # issue 10: the process is an `opencode run` driven by autoretry exec
+        "sessions": "obj?",  # issue 11: the sessions the process saw, see ``session_states``
     },
     "event": {"t": "int", "event": "obj"},
     "chat.message": {
@@ -128,6 +129,65 @@ class Hello:
     bridge: str | None = None
     server_url: str | None = None
     exec: bool | None = None  # True: `autoretry exec` recovers this process's sessions
+    #: session id -> {status, next?, permissions?, questions?}, least recently active first;
+    #: None from a bridge older than the field. Read it with ``session_states``.
+    sessions: Mapping[str, Any] | None = field(default=None, repr=False)
+
+
+#: A hello names at most this many sessions (the bridge's SESSION_BOOK_LIMIT, wire.js): more
+#: is cut, the least recently active first.
+HELLO_SESSIONS = 256
+#: Asks per session and kind (the bridge's ASKS_LIMIT), and the longest id taken.
+HELLO_ASKS = 8
+_MAX_ID = 200
+SESSION_STATUSES = ("busy", "retry", "idle")
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """One session a hello names: what the bridge last saw of it (issue 11)."""
+
+    session_id: str
+    status: str | None = None  # busy | retry | idle; None: no status event seen yet
+    retry_next: int | None = None  # epoch ms of OpenCode's next attempt (status retry)
+    permissions: tuple[str, ...] = ()  # asks still open
+    questions: tuple[str, ...] = ()
+
+
+def _ids(raw: object) -> tuple[str, ...] | None:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or len(raw) > HELLO_ASKS:
+        return None
+    if not all(isinstance(i, str) and 0 < len(i) <= _MAX_ID for i in raw):
+        return None
+    return tuple(raw)
+
+
+def _session_state(session_id: object, raw: object) -> SessionState | None:
+    if not isinstance(session_id, str) or not session_id.startswith("ses_"):
+        return None  # the daemon ignores ids without the prefix (R12)
+    if len(session_id) > _MAX_ID or not isinstance(raw, dict):
+        return None
+    status, nxt = raw.get("status"), raw.get("next")
+    if status is not None and status not in SESSION_STATUSES:
+        return None  # a status this side does not know could be a wait: not adopted
+    if nxt is not None and not _kind_ok("int", nxt):
+        return None
+    permissions, questions = _ids(raw.get("permissions")), _ids(raw.get("questions"))
+    if permissions is None or questions is None:
+        return None
+    return SessionState(session_id, status, nxt, permissions, questions)
+
+
+def session_states(hello: Hello) -> tuple[tuple[SessionState, ...], int]:
+    """The sessions a hello names (none from an older bridge), and how many entries were
+    malformed and dropped: one bad entry costs that session, never the hello."""
+    raw = hello.sessions or {}
+    items = list(raw.items())[-HELLO_SESSIONS:]
+    states = [_session_state(session_id, value) for session_id, value in items]
+    kept = tuple(s for s in states if s is not None)
+    return kept, len(raw) - len(kept)
 
 
 @dataclass(frozen=True)

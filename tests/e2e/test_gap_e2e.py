@@ -9,9 +9,19 @@ must continue the two failures once each and leave the other two alone.
 
 from __future__ import annotations
 
+import signal
+
 import pytest
-from daemon_process import DaemonProcess, wait_until
-from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok, injected
+from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
+from test_daemon_e2e import (
+    TURN,
+    confirmed,
+    connect,
+    decisions,
+    finished_ok,
+    injected,
+    injections,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -67,3 +77,61 @@ def test_faults_that_end_while_the_daemon_is_down_are_continued_once(
     assert decisions(d, healthy) == [] and injected(server, healthy) == []
     assert [x.action for x in decisions(d, spent)] == ["inject", "inject", "notify"]
     assert len(injected(server, spent)) == 2
+
+
+def test_a_session_no_heartbeat_named_is_continued_once_its_bridge_says_hello(
+    provider, daemon, start_opencode
+):
+    # Found by the soak: a session created just before a SIGKILL is in no heartbeat's owners;
+    # the restarted daemon judged its failed turn ownerless and never looked at it again. Its
+    # bridge's hello names it now (the sessions its process saw), so it is continued, once.
+    d = daemon()
+    server = connect(start_opencode, d)
+    assert d.process is not None
+    d.process.send_signal(signal.SIGSTOP)  # frozen: no heartbeat can name what comes now
+    try:
+        fresh = server.create_session()["id"]
+    finally:
+        d.kill()
+    server.prompt_async(fresh, "Say hello [[s:blank]]")
+    server.wait_idle(fresh, TURN)
+    assert fresh not in owners(d)
+    in_gap = len(provider.requests())
+
+    mark = len(d.lines())
+    d.start()
+    d.wait_log("connected: pid", TURN, after=mark)
+    confirmed(d, fresh)
+    wait_until(lambda: finished_ok(server, fresh), TURN, "the continued turn completes")
+    d.wait_log("sessions judged", TURN, after=mark)  # the DB-wide look-back ran too
+
+    assert len(injected(server, fresh)) == 1
+    assert len(provider.requests()) == in_gap + 1
+    assert [x.action for x in decisions(d, fresh) if x.action != "skip"] == ["inject"]
+
+
+@pytest.mark.opencode("session_permission_rules")
+def test_a_permission_wait_through_a_restart_is_left_alone(provider, daemon, start_opencode):
+    # The negative case of the hello's named sessions: one waiting on the user is restored as
+    # such (the daemon's log says so) and nothing is judged or sent until it is answered.
+    d = daemon(config="stall_timeout = 2.0\n" + FAST_CONFIG)
+    server = connect(start_opencode, d)
+    rules = [{"permission": "bash", "pattern": "*", "action": "ask"}]
+    assert d.process is not None
+    d.process.send_signal(signal.SIGSTOP)  # frozen: the session is in no heartbeat
+    try:
+        session = server.ok("POST", "/session", {"permission": rules})["id"]
+        server.prompt_async(session, "Run it [[s:tool]]")
+        asked = server.events.wait_for(lambda e: e.get("type") == "permission.asked", TURN,
+                                       "permission")
+    finally:
+        d.kill()
+    mark = len(d.lines())
+    d.start()
+    named = d.wait_log("sessions (", TURN, after=mark)
+    assert "names 1 sessions (1 waiting on the user)" in named, named
+    d.wait_log("sessions judged", TURN, after=mark)  # the look-back ran and passed it over
+    server.ok("POST", f"/permission/{asked['properties']['id']}/reply", {"reply": "once"})
+    wait_until(lambda: finished_ok(server, session), TURN, "the turn ends once answered")
+    assert decisions(d, session) == [] and injections(d, session) == []
+    assert injected(server, session) == []

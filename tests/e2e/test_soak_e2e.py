@@ -14,15 +14,7 @@ from pathlib import Path
 import pytest
 from soak_driver import Soak, SoakOptions
 
-pytestmark = [
-    pytest.mark.e2e,
-    # Opt-in until the bug it found is fixed: a session whose owner no heartbeat named yet
-    # (created just before a daemon kill) is judged ownerless after the restart and its failure
-    # is recorded, never continued, even once its bridge is back (bench/README.md "Soak").
-    pytest.mark.skipif(not os.environ.get("AUTORETRY_SOAK"),
-                       reason="the short soak is opt-in (AUTORETRY_SOAK=1) until the ownerless-"
-                              "session bug it found is fixed"),
-]
+pytestmark = pytest.mark.e2e
 
 SOAK_S = 35.0  # turns are started for this long; the test takes about 60 s in all
 

@@ -1,0 +1,252 @@
+"""A hello names the sessions its bridge saw (issue 11): the daemon owns them again, with their
+live state, and a failure only skipped for want of an owner is judged again, exactly once,
+through the gap review. Negative cases: a wait on the user, a child, a switched-off session, a
+user abort and a session another live bridge owns stay untouched."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from daemon_fakes import CONN, PID, Harness  # noqa: E402
+from opencode_rows import aborted_error  # noqa: E402
+
+from opencode_autoretry.daemon.gap import OWNER_GRACE  # noqa: E402
+from opencode_autoretry.daemon.inbox import BridgeConnected  # noqa: E402
+from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+
+NO_OWNER = "skip: no live owner (recorded, never injected)"
+IDLE: dict[str, Any] = {"status": "idle"}
+
+
+def hello(h: Harness, sessions: dict[str, dict[str, Any]] | None, conn: str = CONN,
+          pid: int = PID) -> None:
+    """A hello as the bridge sends it (``sessions`` None: a bridge older than the field)."""
+    h.bridge.alive.add(conn)
+    message = protocol.Hello(pid=pid, directory="/work/project", sessions=sessions)
+    h.loop.handle(BridgeConnected(conn, message, h.clock.now()))
+
+
+def sigkill(h: Harness) -> None:
+    """SIGKILL between two heartbeats: what happened since the last beat is not in the store."""
+    h.bridge.sent.clear()
+    h.timers.armed.clear()
+    h.loop = None  # type: ignore[assignment]
+
+
+def revive(h: Harness, seconds: float = 1.0) -> None:
+    h.clock.advance(seconds)
+    h.rows.clock = int(h.clock.now().timestamp() * 1000)
+    h.loop = h.new_loop()
+
+
+def created_just_before_a_kill(h: Harness, *, parent: str | None = None) -> tuple[str, str]:
+    """The soak's case: a beat, then a new session and its prompt, then SIGKILL before the
+    next beat; its turn then fails with a blank reply while the daemon is down."""
+    hello(h, {})
+    h.loop.beat(h.clock.now())
+    sid = h.session(parent)
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    sigkill(h)
+    h.blank_step(sid, user)
+    return sid, user
+
+
+def test_a_session_no_heartbeat_named_is_continued_once_its_bridge_names_it(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    h.advance(1)  # the look-back judges it ownerless: nobody owns it yet
+    assert [d.reason for d in h.store.decisions(sid)] == [NO_OWNER]
+    hello(h, {sid: IDLE})
+    h.advance(1)
+    assert [p.session_id for p in h.prompts()] == [sid]
+    # Exactly once: the next reconnects name it again and judge nothing more.
+    for conn in ("b2", "b3"):
+        h.closed(h.loop.sessions.ensure(sid).owner or CONN)
+        hello(h, {sid: IDLE}, conn=conn)
+        h.advance(OWNER_GRACE.total_seconds())
+    assert len(h.prompts()) == 1 and len(h.store.injections(sid)) == 1
+
+
+def test_without_the_named_sessions_the_failure_stays_recorded_never_sent(tmp_path):
+    # The bug as it was: an older bridge's hello names nothing; nothing can be sent.
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    h.advance(1)
+    hello(h, None)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == [] and [d.reason for d in h.store.decisions(sid)] == [NO_OWNER]
+
+
+def test_a_hello_before_the_first_look_back_owns_the_session_for_it(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    hello(h, {sid: IDLE})  # before any tick: the look-back runs with the owner known
+    h.advance(1)
+    h.advance(OWNER_GRACE.total_seconds())
+    assert [p.session_id for p in h.prompts()] == [sid]
+    assert [d.action for d in h.store.decisions(sid)] == ["inject"]
+
+
+def test_a_named_session_waiting_on_a_permission_stays_untouched(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    h.advance(1)
+    hello(h, {sid: {"status": "busy", "permissions": ["per_1"]}})
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    view = h.loop.sessions.ensure(sid)
+    assert (view.owner, view.status, view.permissions) == (CONN, "busy", {"per_1"})
+    assert h.prompts() == []
+
+
+def test_a_named_idle_session_with_an_open_question_is_not_sent_to(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    h.advance(1)
+    hello(h, {sid: {"status": "idle", "questions": ["que_1"]}})
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.loop.gap.judged == 2  # judged again, with the open question known ...
+    assert h.prompts() == [] and h.loop.sessions.ensure(sid).questions == {"que_1"}  # ... unsent
+
+
+def test_a_named_child_session_is_never_prompted(tmp_path):
+    h = Harness(tmp_path)
+    parent = h.session()
+    child, _ = created_just_before_a_kill(h, parent=parent)
+    revive(h)
+    h.advance(1)
+    hello(h, {parent: IDLE, child: IDLE})
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert [p for p in h.prompts() if p.session_id == child] == []
+
+
+def test_a_named_session_switched_off_is_not_continued(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    h.advance(1)
+    h.store.set_enabled(False, h.clock.now(), sid)  # /autoretry off here, from another window
+    hello(h, {sid: IDLE})
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == []
+
+
+def test_a_user_abort_in_the_gap_is_not_continued_when_named(tmp_path):
+    h = Harness(tmp_path)
+    hello(h, {})
+    h.loop.beat(h.clock.now())
+    sid = h.session()
+    user = h.user(sid)
+    h.chat(sid, user)
+    sigkill(h)
+    h.rows.assistant(sid, user, finish=None, text="", error=aborted_error())
+    h.rows.commit()
+    revive(h)
+    h.advance(1)
+    hello(h, {sid: IDLE})
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == []
+
+
+def test_a_session_another_live_bridge_owns_is_not_taken(tmp_path):
+    h = Harness(tmp_path)
+    hello(h, {})
+    sid = h.session()  # b1 reports it
+    h.status(sid, "busy")
+    hello(h, {sid: IDLE}, conn="b2", pid=PID + 1)  # a second process saw it once
+    view = h.loop.sessions.ensure(sid)
+    assert (view.owner, view.status) == (CONN, "busy")
+
+
+def test_a_named_busy_session_is_left_to_its_live_events(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    h.advance(1)
+    hello(h, {sid: {"status": "retry", "next": int(h.clock.now().timestamp() * 1000) + 5000}})
+    h.advance(2)
+    assert h.prompts() == []
+    assert h.loop.sessions.ensure(sid).retry_next is not None
+    h.idle(sid)  # OpenCode stopped retrying: the live path judges the turn, once
+    h.advance(OWNER_GRACE.total_seconds())
+    assert [p.session_id for p in h.prompts()] == [sid]
+
+
+def test_a_socket_cut_forgets_nothing_the_hello_restores(tmp_path):
+    h = Harness(tmp_path)
+    hello(h, {})
+    sid = h.session()
+    h.status(sid, "busy")
+    h.event("permission.asked", sessionID=sid, id="per_1")
+    h.closed()  # the daemon drops the connection's live state ...
+    assert h.loop.sessions.ensure(sid).permissions == set()
+    hello(h, {sid: {"status": "busy", "permissions": ["per_1"]}}, conn="b2")  # ... and gets it back
+    view = h.loop.sessions.ensure(sid)
+    assert (view.owner, view.status, view.permissions) == ("b2", "busy", {"per_1"})
+
+
+def test_the_hello_owners_reach_the_next_heartbeat(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    revive(h)
+    hello(h, {sid: {"status": "busy"}})
+    h.advance(1)
+    beat = h.store.heartbeat()
+    assert beat is not None and beat.info["owners"].get(sid) == PID
+
+
+def cut_under_the_send(h: Harness) -> str:
+    """Found by the long soak: a blank reply is decided and its continuation goes out at once,
+    into a socket that is being cut; the close reaches the daemon just after."""
+    hello(h, {})
+    sid = h.session()
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    h.blank_step(sid, user)
+    h.bridge.alive = set()  # the write fails: the line never left whole
+    h.idle(sid)
+    h.closed()
+    [injection] = h.store.injections(sid)
+    assert injection.state == "intent" and h.prompts() == []
+    return sid
+
+
+def test_a_continuation_whose_send_met_a_socket_cut_goes_out_after_the_hello(tmp_path):
+    h = Harness(tmp_path)
+    sid = cut_under_the_send(h)
+    hello(h, {sid: IDLE}, conn="b2")
+    h.advance(OWNER_GRACE.total_seconds())
+    assert [(c, p.session_id) for c, p in h.bridge.sent if p in h.prompts()] == [("b2", sid)]
+    assert [d.action for d in h.store.decisions(sid)] == ["inject"]  # decided once
+    assert len(h.store.injections(sid)) == 1
+
+
+def test_a_continuation_cut_off_from_a_bridge_that_never_returns_fails_unsent(tmp_path):
+    h = Harness(tmp_path)
+    sid = cut_under_the_send(h)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert h.prompts() == []
+    [injection] = h.store.injections(sid)
+    assert injection.state == "failed" and "no live owner" in (injection.error or "")
+
+
+def test_a_continuation_that_can_never_be_written_is_failed_after_a_few_tries(tmp_path):
+    h = Harness(tmp_path)
+    sid = cut_under_the_send(h)
+    message = protocol.Hello(pid=PID, directory="/work/project", sessions={sid: IDLE})
+    h.loop.handle(BridgeConnected("b2", message, h.clock.now()))  # owned, every write breaks
+    for _ in range(5):
+        h.advance(1)
+    [injection] = h.store.injections(sid)
+    assert injection.state == "failed" and h.prompts() == []
