@@ -18,15 +18,11 @@ import statistics
 from pathlib import Path
 
 from daemon_harness import (
-    DefaultDaemon,
     OpenCodeServer,
     TimedProvider,
-    bridge_home,
     ensure_opencode,
     machine_note,
-    remove,
-    scratch,
-    warm_up,
+    rig,
     write_section,
 )
 from fake_loops import LoopLog, install
@@ -37,19 +33,10 @@ MODES = {"uncoalesced": "0", "coalesced": None}
 
 def run_mode(binary: Path, provider: TimedProvider, log: LoopLog, window: str | None,
              loops: int) -> list[tuple[int, int]]:
-    root = scratch("ar-catch-")
-    daemon: DefaultDaemon | None = None
-    server: OpenCodeServer | None = None
-    try:
-        home = bridge_home(root / "oc", provider.url)
-        warm_up(binary, home)
-        socket = root / "d.sock"
-        env = {"AUTORETRY_SOCKET": str(socket)}
-        if window is not None:
-            env["AUTORETRY_BRIDGE_COALESCE_MS"] = window
-        server = OpenCodeServer.start(binary, home, env)
+    with rig("ar-catch-", binary, provider) as bench:
+        server = bench.server = OpenCodeServer.start(binary, bench.home, bench.opencode_env(window))
         server.ok("GET", "/path")
-        daemon = DefaultDaemon(root / "home", socket, home.data_dir / "opencode.db").start()
+        daemon = bench.new_daemon().start()
         daemon.wait_log("connected: pid", TURN_S)
         log.clear()
         caught: list[tuple[int, int]] = []
@@ -61,12 +48,6 @@ def run_mode(binary: Path, provider: TimedProvider, log: LoopLog, window: str | 
             caught.append((streamed.words, streamed.chars))
             server.wait_idle(session, TURN_S)
         return caught
-    finally:
-        if server is not None:
-            server.stop()
-        if daemon is not None:
-            daemon.stop()
-        remove(root)
 
 
 def table(results: dict[str, list[tuple[int, int]]], note: str) -> str:

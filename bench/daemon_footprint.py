@@ -26,21 +26,18 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 from daemon_harness import (
     DefaultDaemon,
     OpenCodeServer,
+    Rig,
     TimedProvider,
-    bridge_home,
     ensure_opencode,
     first_decision_ms,
     machine_note,
-    remove,
-    scratch,
+    rig,
     wait_for,
-    warm_up,
     write_section,
 )
 
@@ -193,20 +190,18 @@ def print_profile(path: Path) -> None:
         pstats.Stats(str(path)).sort_stats("tottime").print_stats(20)
 
 
-def start_opencode(binary: Path, home: Any, socket: Path, daemon: DefaultDaemon,
-                   coalesce_ms: int | None) -> OpenCodeServer:
-    """OpenCode with the bridge, once its hello reached the daemon; ``coalesce_ms`` 0 turns the
-    bridge's delta coalescing off (every delta its own line, as before issue 12)."""
-    env = {"AUTORETRY_SOCKET": str(socket)}
-    if coalesce_ms is not None:
-        env["AUTORETRY_BRIDGE_COALESCE_MS"] = str(coalesce_ms)
-    seen = len(daemon.lines())
-    server = OpenCodeServer.start(binary, home, env)
+def start_opencode(binary: Path, bench: Rig, coalesce_ms: int | None) -> OpenCodeServer:
+    """OpenCode with the bridge, once its hello reached the rig's daemon; ``coalesce_ms`` 0
+    turns the bridge's delta coalescing off (every delta its own line, as before issue 12)."""
+    assert bench.daemon is not None
+    env = bench.opencode_env(None if coalesce_ms is None else str(coalesce_ms))
+    seen = len(bench.daemon.lines())
+    server = bench.server = OpenCodeServer.start(binary, bench.home, env)
     server.ok("GET", "/path")
     warm = server.create_session()["id"]
     server.prompt_async(warm, "hello")
     server.wait_idle(warm, TURN_S)
-    daemon.wait_log("connected: pid", TURN_S, after=seen)
+    bench.daemon.wait_log("connected: pid", TURN_S, after=seen)
     return server
 
 
@@ -214,38 +209,29 @@ def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, wor
         profile: bool = False, pairs: int = 1, spy: Path | None = None) -> dict[str, Usage]:
     """Idle once, then ``pairs`` x (streaming with every delta its own line, streaming with
     the bridge's coalescing): the same daemon, machine and load, back to back."""
-    root = scratch("ar-foot-")
-    daemon: DefaultDaemon | None = None
-    server: OpenCodeServer | None = None
-    try:
-        home = bridge_home(root / "oc", provider.url)
-        warm_up(binary, home)
-        socket = root / "d.sock"
-        daemon = DefaultDaemon(root / "home", socket, home.data_dir / "opencode.db")
-        if profile:  # cProfile sees the main thread only: the decision loop
-            daemon.interpreter_args = ("-m", "cProfile", "-o", str(root / "daemon.prof"))
-        daemon.start()
-        server = start_opencode(binary, home, socket, daemon, None)
-        time.sleep(5)  # start-up (rebuild, adopt, first beats) is not idle time
-        results = {"idle": idle(daemon, idle_s)}
-        print(f"idle: {results['idle']}", flush=True)
-        for pair in range(pairs):
-            for name, window in (("streaming, uncoalesced", 0), ("streaming", None)):
-                server.stop()
-                server = start_opencode(binary, home, socket, daemon, window)
-                key = name if pairs == 1 else f"{name} #{pair + 1}"
-                usage = streaming(server, daemon, provider, sessions, words, spy, key)
-                results[key] = usage
-                print(f"{key}: {usage}", flush=True)
-        return results
-    finally:
-        if server is not None:
-            server.stop()
-        if daemon is not None:
-            daemon.stop()
-        if profile:
-            print_profile(root / "daemon.prof")
-        remove(root)
+    with rig("ar-foot-", binary, provider) as bench:
+        try:
+            daemon = bench.new_daemon()
+            if profile:  # cProfile sees the main thread only: the decision loop
+                daemon.interpreter_args = ("-m", "cProfile", "-o", str(bench.root / "daemon.prof"))
+            daemon.start()
+            server = start_opencode(binary, bench, None)
+            time.sleep(5)  # start-up (rebuild, adopt, first beats) is not idle time
+            results = {"idle": idle(daemon, idle_s)}
+            print(f"idle: {results['idle']}", flush=True)
+            for pair in range(pairs):
+                for name, window in (("streaming, uncoalesced", 0), ("streaming", None)):
+                    server.stop()
+                    server = start_opencode(binary, bench, window)
+                    key = name if pairs == 1 else f"{name} #{pair + 1}"
+                    usage = streaming(server, daemon, provider, sessions, words, spy, key)
+                    results[key] = usage
+                    print(f"{key}: {usage}", flush=True)
+            return results
+        finally:
+            bench.stop()  # the profile is written when the daemon exits
+            if profile:
+                print_profile(bench.root / "daemon.prof")
 
 
 GOALS = {"idle": 0.5, "streaming": 2.0}  # % of a core (issue 5: idle; issue 12: streaming)

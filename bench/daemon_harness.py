@@ -21,6 +21,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +159,57 @@ class DefaultDaemon(DaemonProcess):
         return self
 
 
+@dataclass
+class Rig:
+    """One bench run's scratch directory: OpenCode's home (warmed up) and the daemon's socket,
+    plus the OpenCode server and daemon the run started (``stop`` ends both)."""
+
+    root: Path
+    home: OpenCodeHome
+    socket: Path
+    server: OpenCodeServer | None = None
+    daemon: DefaultDaemon | None = None
+
+    def opencode_env(self, coalesce_ms: str | None = None) -> dict[str, str]:
+        """OpenCode's env pointing the bridge at the daemon; ``coalesce_ms`` "0" turns the
+        bridge's delta coalescing off (every delta its own line, as before issue 12)."""
+        env = {"AUTORETRY_SOCKET": str(self.socket)}
+        if coalesce_ms is not None:
+            env["AUTORETRY_BRIDGE_COALESCE_MS"] = coalesce_ms
+        return env
+
+    def new_daemon(self) -> DefaultDaemon:
+        """The daemon (not started yet) on this rig's socket and OpenCode DB."""
+        self.daemon = DefaultDaemon(self.root / "home", self.socket,
+                                    self.home.data_dir / "opencode.db")
+        return self.daemon
+
+    def stop(self) -> None:
+        """Stops OpenCode first (so its bridge does not outlive the daemon), then the daemon."""
+        if self.server is not None:
+            self.server.stop()
+        if self.daemon is not None:
+            self.daemon.stop()
+
+
+@contextmanager
+def rig(prefix: str, binary: Path, provider: TimedProvider,
+        make_home: Callable[[Path, str], OpenCodeHome] = bridge_home) -> Iterator[Rig]:
+    """A warmed-up OpenCode home in a fresh scratch directory; whatever the run started is
+    stopped and the directory removed when the ``with`` ends, however it ends."""
+    root = scratch(prefix)
+    bench: Rig | None = None
+    try:
+        home = make_home(root / "oc", provider.url)
+        warm_up(binary, home)
+        bench = Rig(root, home, root / "d.sock")
+        yield bench
+    finally:
+        if bench is not None:
+            bench.stop()
+        remove(root)
+
+
 def first_decision_ms(daemon: DaemonProcess, session_id: str) -> tuple[int, str] | None:
     """(decisions.at in epoch ms, reason) of the session's first decision, if any."""
     view = daemon.store()
@@ -229,7 +283,7 @@ def write_section(title: str, body: str) -> None:
 
 
 __all__ = [
-    "DefaultDaemon", "OpenCodeServer", "TimedProvider", "bridge_home", "ensure_opencode",
-    "first_decision_ms", "machine_note", "percentile", "plain_home", "remove", "scratch",
+    "DefaultDaemon", "OpenCodeServer", "Rig", "TimedProvider", "bridge_home", "ensure_opencode",
+    "first_decision_ms", "machine_note", "percentile", "plain_home", "remove", "rig", "scratch",
     "summary", "wait_for", "warm_up", "write_section", "StoreView",
 ]

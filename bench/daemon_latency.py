@@ -32,11 +32,9 @@ from daemon_harness import (
     first_decision_ms,
     machine_note,
     plain_home,
-    remove,
-    scratch,
+    rig,
     summary,
     wait_for,
-    warm_up,
     write_section,
 )
 
@@ -60,33 +58,21 @@ LABELS = {"bridge": "bridge", "bridge-uncoalesced": "bridge, uncoalesced",
 
 def run_mode(mode: str, binary: Path, provider: TimedProvider, faults: int, fault: str
              ) -> tuple[list[float], list[str]]:
-    root = scratch(f"ar-lat-{mode}-")
-    daemon: DefaultDaemon | None = None
-    server: OpenCodeServer | None = None
-    try:
-        with_bridge = mode.startswith("bridge")
-        make_home = bridge_home if with_bridge else plain_home
-        home = make_home(root / "oc", provider.url)
-        warm_up(binary, home)
-        socket = root / "d.sock"
-        env = {"AUTORETRY_SOCKET": str(socket), **COALESCE_ENV.get(mode, {})}
-        server = OpenCodeServer.start(binary, home, env)
+    with_bridge = mode.startswith("bridge")
+    make_home = bridge_home if with_bridge else plain_home
+    with rig(f"ar-lat-{mode}-", binary, provider, make_home) as bench:
+        env = {**bench.opencode_env(), **COALESCE_ENV.get(mode, {})}
+        server = bench.server = OpenCodeServer.start(binary, bench.home, env)
         server.ok("GET", "/path")  # boots the instance (and the bridge, if installed)
         warm = server.create_session()["id"]  # creates the DB, so the daemon watches it
         server.prompt_async(warm, "hello")
         server.wait_idle(warm, TURN_S)
-        daemon = DefaultDaemon(root / "home", socket, home.data_dir / "opencode.db").start()
+        daemon = bench.new_daemon().start()
         started = daemon.wait_log("autoretry daemon", 1)
         assert "(watched)" in started, f"the -wal watch is not running: {started}"
         if with_bridge:
             daemon.wait_log("connected: pid", TURN_S)
         return measure(server, daemon, provider, mode, faults, fault)
-    finally:
-        if server is not None:
-            server.stop()
-        if daemon is not None:
-            daemon.stop()
-        remove(root)
 
 
 def measure(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvider, mode: str,

@@ -145,6 +145,20 @@ class Harness:
         self.rows.commit()
         return mid
 
+    def busy_turn(self) -> tuple[str, str]:
+        """A root session whose user turn OpenCode is working on: (session id, user message)."""
+        sid = self.session()
+        user = self.user(sid)
+        self.chat(sid, user)
+        self.status(sid, "busy")
+        return sid, user
+
+    def failed_turn(self, error: dict | None = None) -> tuple[str, str, str]:
+        """A busy turn whose assistant step failed with ``error`` (a disconnect by default):
+        (session id, user message, failed step); no error event sent yet."""
+        sid, user = self.busy_turn()
+        return sid, user, self.failed_step(sid, user, error)
+
     def failed_step(self, session_id: str, parent: str, error: dict | None = None) -> str:
         mid = self.rows.assistant(session_id, parent, finish=None, text="",
                                   error=error or disconnect())

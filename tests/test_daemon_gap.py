@@ -16,10 +16,7 @@ from opencode_autoretry.daemon.gap import LOOKBACK, OWNER_GRACE  # noqa: E402
 
 def owned_session(h: Harness) -> tuple[str, str]:
     """A session its bridge reported, with a turn in flight; the owner reaches the heartbeat."""
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     h.loop.beat(h.clock.now())
     return sid, user
 

@@ -14,19 +14,10 @@ from opencode_rows import aborted_error, api_error  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
 
 
-def failed_turn(h: Harness, error: dict | None = None) -> tuple[str, str, str]:
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
-    step = h.failed_step(sid, user, error)
-    return sid, user, step
-
-
 def test_disconnect_is_continued_once_after_the_backoff(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, user, step = failed_turn(h)
+    sid, user, step = h.failed_turn()
 
     h.error_then_idle(sid, disconnect())
 
@@ -58,7 +49,7 @@ def test_disconnect_is_continued_once_after_the_backoff(tmp_path):
 def test_error_and_duplicate_idles_make_one_decision_d18(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, _, _ = failed_turn(h)
+    sid, _, _ = h.failed_turn()
     h.error_then_idle(sid, disconnect())
     h.idle(sid)
     assert len(h.store.decisions(sid)) == 1
@@ -68,10 +59,7 @@ def test_error_and_duplicate_idles_make_one_decision_d18(tmp_path):
 def test_blank_completion_is_continued_at_once(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     h.blank_step(sid, user)
     h.idle(sid)
     [prompt] = h.prompts()
@@ -83,7 +71,7 @@ def test_blank_completion_is_continued_at_once(tmp_path):
 def test_three_failures_spend_two_injections_then_notify_d14_d17(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, user, _ = failed_turn(h)
+    sid, user, _ = h.failed_turn()
     for attempt in range(3):
         h.error_then_idle(sid, disconnect())
         h.advance(11)
@@ -115,7 +103,7 @@ def test_three_failures_spend_two_injections_then_notify_d14_d17(tmp_path):
 def test_never_injects_while_opencode_retries_itself(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, _, _ = failed_turn(h)
+    sid, _, _ = h.failed_turn()
     for attempt in range(1, 6):
         h.status(sid, "retry", attempt=attempt, message="Connection reset by server",
                  next=1796041233286)
@@ -129,7 +117,7 @@ def test_never_injects_while_opencode_retries_itself(tmp_path):
 def test_retry_status_cancels_a_waiting_retry(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, _, _ = failed_turn(h)
+    sid, _, _ = h.failed_turn()
     h.error_then_idle(sid, disconnect())
     h.status(sid, "retry", attempt=1, message="again", next=1796041233286)
     h.advance(10)
@@ -140,7 +128,7 @@ def test_retry_status_cancels_a_waiting_retry(tmp_path):
 def test_user_abort_is_not_continued(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, _, _ = failed_turn(h, aborted_error())
+    sid, _, _ = h.failed_turn(aborted_error())
     h.error_then_idle(sid, aborted_error())
     h.advance(30)
     assert h.prompts() == []
@@ -152,7 +140,7 @@ def test_rate_limit_waits_for_retry_after(tmp_path):
     h = Harness(tmp_path)
     h.hello()
     error = api_error("Rate limit exceeded", status=429, headers={"retry-after": "7"})
-    sid, user, _ = failed_turn(h, error)
+    sid, user, _ = h.failed_turn(error)
     h.error_then_idle(sid, error)
     [decision] = h.store.decisions(sid)
     assert decision.due is not None and decision.due - decision.at >= timedelta(seconds=7)
@@ -165,7 +153,7 @@ def test_rate_limit_waits_for_retry_after(tmp_path):
 def test_a_real_user_message_cancels_the_pending_retry(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, _, _ = failed_turn(h)
+    sid, _, _ = h.failed_turn()
     h.error_then_idle(sid, disconnect())
     newer = h.user(sid, "never mind, do this instead")
     h.chat(sid, newer, "never mind, do this instead")
@@ -177,7 +165,7 @@ def test_a_real_user_message_cancels_the_pending_retry(tmp_path):
 def test_autoretry_command_is_not_a_real_user_message(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid, _, _ = failed_turn(h)
+    sid, _, _ = h.failed_turn()
     h.error_then_idle(sid, disconnect())
     h.send(protocol.ChatMessage(t=0, session_id=sid, text="/autoretry status", command=True))
     h.advance(6)
@@ -187,10 +175,7 @@ def test_autoretry_command_is_not_a_real_user_message(tmp_path):
 def test_permission_pending_means_nothing_happens(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     h.event("permission.asked", id="per_1", sessionID=sid, permission="external_directory")
     h.advance(h.settings.stall_timeout + 60)
     assert h.bridge.of(protocol.Abort) == [] and h.prompts() == []
@@ -200,10 +185,7 @@ def test_permission_pending_means_nothing_happens(tmp_path):
 def test_stall_is_aborted_then_continued(tmp_path):
     h = Harness(tmp_path)
     h.hello()
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     h.rows.assistant(sid, user, finish=None, text="", completed=False)
     h.rows.commit()
     h.advance(h.settings.stall_timeout - 1)
@@ -221,10 +203,7 @@ def test_stall_is_aborted_then_continued(tmp_path):
 def test_runaway_unknown_finish_loop_is_aborted(tmp_path):
     h = Harness(tmp_path, runaway_steps=6)
     h.hello()
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     for _ in range(6):
         step = h.rows.assistant(sid, user, finish="unknown", toks={"total": 0, "input": 0,
                                 "output": 0, "reasoning": 0, "cache": {"read": 0, "write": 0}},

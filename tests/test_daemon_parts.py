@@ -99,10 +99,7 @@ def harness(tmp_path: Path) -> tuple[Harness, Opener]:
 
 def ended_blank(h: Harness) -> str:
     """A session whose reply came back blank; its idle has not reached the loop yet."""
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     h.blank_step(sid, user)
     return sid
 
@@ -252,10 +249,7 @@ def test_store_locked_by_another_process(tmp_path):
 
 def test_store_failing_between_intent_and_send_never_sends_twice(tmp_path):
     h, _ = harness(tmp_path)
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     h.failed_step(sid, user)
     h.error_then_idle(sid, disconnect())  # a retry intent, due in 5 s
     h.store.broken_sent = True

@@ -16,11 +16,7 @@ from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
 
 
 def errored_session(h: Harness) -> str:
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
-    h.failed_step(sid, user)
+    sid, _, _ = h.failed_turn()
     h.error_then_idle(sid, disconnect())
     return sid
 

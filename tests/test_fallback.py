@@ -157,10 +157,7 @@ def test_start_up_refuses_a_model_opencodes_config_does_not_list(tmp_path):
 def test_the_loop_continues_on_the_next_model(tmp_path):
     h = Harness(tmp_path, fallback={"fake/fake-model": ["fake/fake-b"]})
     h.hello()
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     quota = api_error("You exceeded your current quota (insufficient_quota)", status=429)
     h.failed_step(sid, user, quota)
     h.error_then_idle(sid, quota)

@@ -239,10 +239,7 @@ def _hashes(db: Path) -> dict[str, str | None]:
 def test_the_daemon_leaves_opencode_db_byte_identical(tmp_path: Path) -> None:
     h = Harness(tmp_path)
     h.hello()
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     h.failed_step(sid, user, disconnect())
     before = _hashes(h.settings.opencode_db)
     h.error_then_idle(sid, disconnect())

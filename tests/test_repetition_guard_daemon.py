@@ -38,10 +38,7 @@ def guard_for(h: Harness, penalties: dict | None = None) -> RepetitionGuard:
 
 def busy_turn(h: Harness) -> tuple[str, str]:
     h.hello()
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
+    sid, user = h.busy_turn()
     return sid, user
 
 
