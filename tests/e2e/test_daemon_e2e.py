@@ -68,6 +68,22 @@ def confirmed(d: DaemonProcess, session: str, count: int = 1) -> list[Any]:
     )
 
 
+def warmed_up(start_opencode, daemon, provider, config: str):
+    """OpenCode that has run one turn, then the daemon, connected. A fresh OpenCode can sit
+    busy for seconds before its first step on a loaded machine (one CPU hog is enough), which
+    a stall_timeout of a few seconds rightly takes for a stall: that first turn runs before
+    the daemon starts, so the daemon sees only the scenario's turns."""
+    server = start_opencode()
+    warm = server.create_session()["id"]
+    server.prompt_async(warm, "Say hello")
+    server.wait_idle(warm, TURN)
+    assert finished_ok(server, warm), "the warm-up turn"
+    provider.reset()
+    d = daemon(config=config)
+    d.wait_log("connected: pid", TURN)
+    return server, d
+
+
 def finished_ok(server, session: str) -> bool:
     last = server.messages(session)[-1]["info"]
     return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get("error")
@@ -242,17 +258,7 @@ def test_s6_user_abort_is_not_continued(provider, daemon, start_opencode):
 
 @pytest.mark.opencode("session_permission_rules")
 def test_s8_waiting_for_a_permission_is_left_alone(provider, daemon, start_opencode):
-    # A fresh OpenCode can sit busy for seconds before its first step on a loaded machine
-    # (one CPU hog is enough), which a 2 s stall_timeout rightly takes for a stall: its first
-    # turn runs before the daemon starts, and the daemon sees only the permission turn.
-    server = start_opencode()
-    warm = server.create_session()["id"]
-    server.prompt_async(warm, "Say hello")
-    server.wait_idle(warm, TURN)
-    assert finished_ok(server, warm), "the warm-up turn"
-    provider.reset()
-    d = daemon(config="stall_timeout = 2.0\n" + FAST_CONFIG)
-    d.wait_log("connected: pid", TURN)
+    server, d = warmed_up(start_opencode, daemon, provider, "stall_timeout = 2.0\n" + FAST_CONFIG)
     rules = [{"permission": "bash", "pattern": "*", "action": "ask"}]
     session = server.ok("POST", "/session", {"permission": rules})["id"]
     mark = len(d.lines())
@@ -384,8 +390,7 @@ def test_s11_off_leaves_faults_alone_and_on_recovers(provider, daemon, start_ope
 
 
 def test_stalled_stream_is_aborted_then_continued(provider, daemon, start_opencode):
-    d = daemon(config="stall_timeout = 3.0\n" + FAST_CONFIG)
-    server = connect(start_opencode, d)
+    server, d = warmed_up(start_opencode, daemon, provider, "stall_timeout = 3.0\n" + FAST_CONFIG)
     session = server.create_session()["id"]
     server.prompt_async(session, "Wait [[s:stall]]")  # headers, then silence
 
