@@ -92,6 +92,19 @@ class Harness:
         loop.start(self.clock.now())
         return loop
 
+    def sigkill(self) -> None:
+        """SIGKILL: the daemon's memory is gone; only what it stored (its last heartbeat
+        included) survives. What happened since the last beat is not in the store."""
+        self.bridge.sent.clear()
+        self.timers.armed.clear()
+        self.loop = None  # type: ignore[assignment]
+
+    def revive(self, seconds: float = 1.0) -> None:
+        """The restarted daemon, ``seconds`` after the kill, on the same store and DB."""
+        self.clock.advance(seconds)
+        self.rows.clock = int(self.clock.now().timestamp() * 1000)
+        self.loop = self.new_loop()
+
     # -- bridge traffic -----------------------------------------------------------------------
 
     def hello(self, conn: str = CONN, pid: int = PID) -> None:

@@ -22,17 +22,9 @@ def owned_session(h: Harness) -> tuple[str, str]:
 
 
 def kill(h: Harness) -> None:
-    """SIGKILL: the daemon's memory is gone; its last heartbeat is in the store."""
+    """SIGKILL just after a heartbeat: the daemon's memory is gone; the beat is in the store."""
     h.loop.beat(h.clock.now())
-    h.bridge.sent.clear()
-    h.timers.armed.clear()
-    h.loop = None  # type: ignore[assignment]
-
-
-def revive(h: Harness, seconds: float = 1.0) -> None:
-    h.clock.advance(seconds)
-    h.rows.clock = int(h.clock.now().timestamp() * 1000)
-    h.loop = h.new_loop()
+    h.sigkill()
 
 
 def test_failure_that_ended_while_the_daemon_was_down_is_continued_once(tmp_path):
@@ -45,7 +37,7 @@ def test_failure_that_ended_while_the_daemon_was_down_is_continued_once(tmp_path
     h.blank_step(blank, blank_user)  # these end while nobody watches
     h.failed_step(errored, errored_user, error=disconnect())
     h.good_step(healthy, healthy_user)
-    revive(h)
+    h.revive()
     h.advance(1)
     assert h.prompts() == []  # their owner has not said hello yet
     h.hello(pid=PID)  # the same OpenCode process reconnects
@@ -54,7 +46,7 @@ def test_failure_that_ended_while_the_daemon_was_down_is_continued_once(tmp_path
     assert h.store.decisions(healthy) == []
     # A second restart and hello judge nothing again.
     kill(h)
-    revive(h)
+    h.revive()
     h.hello(pid=PID)
     h.advance(OWNER_GRACE.total_seconds() + 10)
     assert h.prompts() == []
@@ -68,7 +60,7 @@ def test_tool_call_written_as_text_in_the_gap_is_continued(tmp_path):
     kill(h)
     h.rows.assistant(sid, user, text='<function=bash>{"command": "ls"}</function>')
     h.rows.commit()
-    revive(h)
+    h.revive()
     h.hello(pid=PID)
     [prompt] = h.prompts()
     assert prompt.session_id == sid
@@ -84,7 +76,7 @@ def test_failure_handled_before_the_kill_is_not_continued_again(tmp_path):
     [prompt] = h.prompts()  # handled live, before the kill
     decisions = len(h.store.decisions(sid))
     kill(h)  # OpenCode never got to run the continuation
-    revive(h)
+    h.revive()
     h.hello(pid=PID)
     h.advance(OWNER_GRACE.total_seconds() + 10)
     assert [p for p in h.prompts() if p.session_id == sid] == []
@@ -101,7 +93,7 @@ def test_failure_older_than_the_gap_is_never_judged_as_new(tmp_path):
     h.advance(LOOKBACK.total_seconds() + 600)  # ... long before the last heartbeat
     h.loop.sessions.ensure(sid).owner = CONN
     kill(h)
-    revive(h)
+    h.revive()
     h.hello(pid=PID)
     h.advance(OWNER_GRACE.total_seconds() + 10)
     assert h.prompts() == [] and h.store.decisions(sid) == []
@@ -126,7 +118,7 @@ def test_unowned_session_in_the_gap_is_recorded_never_sent(tmp_path):
     sid = h.rows.session("no-bridge")  # an OpenCode without the bridge, active in the gap
     user = h.user(sid)
     h.blank_step(sid, user)
-    revive(h)
+    h.revive()
     h.advance(1)
     [decision] = h.store.decisions(sid)
     assert decision.reason == "skip: no live owner (recorded, never injected)"
@@ -140,7 +132,7 @@ def test_owner_that_never_comes_back_is_recorded_after_the_grace(tmp_path):
     sid, user = owned_session(h)
     kill(h)
     h.blank_step(sid, user)
-    revive(h)
+    h.revive()
     h.advance(OWNER_GRACE.total_seconds() + 1)
     assert h.prompts() == []
     assert [d.reason for d in h.store.decisions(sid)] == [
@@ -207,7 +199,7 @@ def test_a_long_gap_does_not_wake_up_continuing_yesterdays_turns(tmp_path):
     sid, user = owned_session(h)
     kill(h)
     h.blank_step(sid, user)  # it failed right after the kill ...
-    revive(h, seconds=8 * 3600)  # ... and the machine was off for the night
+    h.revive(seconds=8 * 3600)  # ... and the machine was off for the night
     h.hello(pid=PID)
     h.advance(OWNER_GRACE.total_seconds() + 10)
     assert h.prompts() == [] and h.store.decisions(sid) == []
@@ -253,10 +245,10 @@ def test_a_daemon_killed_again_before_the_bridge_came_back_passes_the_gap_on(tmp
     blank, blank_user = owned_session(h)
     kill(h)
     h.blank_step(blank, blank_user)  # ends while nobody watches
-    revive(h)
+    h.revive()
     h.advance(6)  # the restarted daemon beats, still waiting for the bridge
     kill(h)
-    revive(h)
+    h.revive()
     h.advance(1)
     assert h.prompts() == [] and h.store.decisions(blank) == []  # still waiting for its owner
     h.hello(pid=PID)

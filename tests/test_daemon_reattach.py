@@ -30,19 +30,6 @@ def hello(h: Harness, sessions: dict[str, dict[str, Any]] | None, conn: str = CO
     h.loop.handle(BridgeConnected(conn, message, h.clock.now()))
 
 
-def sigkill(h: Harness) -> None:
-    """SIGKILL between two heartbeats: what happened since the last beat is not in the store."""
-    h.bridge.sent.clear()
-    h.timers.armed.clear()
-    h.loop = None  # type: ignore[assignment]
-
-
-def revive(h: Harness, seconds: float = 1.0) -> None:
-    h.clock.advance(seconds)
-    h.rows.clock = int(h.clock.now().timestamp() * 1000)
-    h.loop = h.new_loop()
-
-
 def created_just_before_a_kill(h: Harness, *, parent: str | None = None) -> tuple[str, str]:
     """The soak's case: a beat, then a new session and its prompt, then SIGKILL before the
     next beat; its turn then fails with a blank reply while the daemon is down."""
@@ -52,7 +39,7 @@ def created_just_before_a_kill(h: Harness, *, parent: str | None = None) -> tupl
     user = h.user(sid)
     h.chat(sid, user)
     h.status(sid, "busy")
-    sigkill(h)
+    h.sigkill()
     h.blank_step(sid, user)
     return sid, user
 
@@ -60,7 +47,7 @@ def created_just_before_a_kill(h: Harness, *, parent: str | None = None) -> tupl
 def test_a_session_no_heartbeat_named_is_continued_once_its_bridge_names_it(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     h.advance(1)  # the look-back judges it ownerless: nobody owns it yet
     assert [d.reason for d in h.store.decisions(sid)] == [NO_OWNER]
     hello(h, {sid: IDLE})
@@ -78,7 +65,7 @@ def test_without_the_named_sessions_the_failure_stays_recorded_never_sent(tmp_pa
     # The bug as it was: an older bridge's hello names nothing; nothing can be sent.
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     h.advance(1)
     hello(h, None)
     h.advance(OWNER_GRACE.total_seconds() + 10)
@@ -88,7 +75,7 @@ def test_without_the_named_sessions_the_failure_stays_recorded_never_sent(tmp_pa
 def test_a_hello_before_the_first_look_back_owns_the_session_for_it(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     hello(h, {sid: IDLE})  # before any tick: the look-back runs with the owner known
     h.advance(1)
     h.advance(OWNER_GRACE.total_seconds())
@@ -99,7 +86,7 @@ def test_a_hello_before_the_first_look_back_owns_the_session_for_it(tmp_path):
 def test_a_named_session_waiting_on_a_permission_stays_untouched(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     h.advance(1)
     hello(h, {sid: {"status": "busy", "permissions": ["per_1"]}})
     h.advance(OWNER_GRACE.total_seconds() + 10)
@@ -111,7 +98,7 @@ def test_a_named_session_waiting_on_a_permission_stays_untouched(tmp_path):
 def test_a_named_idle_session_with_an_open_question_is_not_sent_to(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     h.advance(1)
     hello(h, {sid: {"status": "idle", "questions": ["que_1"]}})
     h.advance(OWNER_GRACE.total_seconds() + 10)
@@ -123,7 +110,7 @@ def test_a_named_child_session_is_never_prompted(tmp_path):
     h = Harness(tmp_path)
     parent = h.session()
     child, _ = created_just_before_a_kill(h, parent=parent)
-    revive(h)
+    h.revive()
     h.advance(1)
     hello(h, {parent: IDLE, child: IDLE})
     h.advance(OWNER_GRACE.total_seconds() + 10)
@@ -133,7 +120,7 @@ def test_a_named_child_session_is_never_prompted(tmp_path):
 def test_a_named_session_switched_off_is_not_continued(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     h.advance(1)
     h.store.set_enabled(False, h.clock.now(), sid)  # /autoretry off here, from another window
     hello(h, {sid: IDLE})
@@ -148,10 +135,10 @@ def test_a_user_abort_in_the_gap_is_not_continued_when_named(tmp_path):
     sid = h.session()
     user = h.user(sid)
     h.chat(sid, user)
-    sigkill(h)
+    h.sigkill()
     h.rows.assistant(sid, user, finish=None, text="", error=aborted_error())
     h.rows.commit()
-    revive(h)
+    h.revive()
     h.advance(1)
     hello(h, {sid: IDLE})
     h.advance(OWNER_GRACE.total_seconds() + 10)
@@ -171,7 +158,7 @@ def test_a_session_another_live_bridge_owns_is_not_taken(tmp_path):
 def test_a_named_busy_session_is_left_to_its_live_events(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     h.advance(1)
     hello(h, {sid: {"status": "retry", "next": int(h.clock.now().timestamp() * 1000) + 5000}})
     h.advance(2)
@@ -198,7 +185,7 @@ def test_a_socket_cut_forgets_nothing_the_hello_restores(tmp_path):
 def test_the_hello_owners_reach_the_next_heartbeat(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
-    revive(h)
+    h.revive()
     hello(h, {sid: {"status": "busy"}})
     h.advance(1)
     beat = h.store.heartbeat()
