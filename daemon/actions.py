@@ -258,13 +258,13 @@ class Actions:
                 cancelled += 1
         return cancelled
 
-    def _unsent(self, injection: InjectionRecord, now: datetime) -> Outcome:
+    def _unsent(self, injection: InjectionRecord, now: datetime,
+                why: str = "not sent: bridge connection lost") -> Outcome:
         """The owner's connection broke under the write. A failed write ends before the
         line's newline, and the bridge runs complete lines only, so OpenCode never got it: the
         intent waits for the session's owner again (the hello after a socket cut), or fails
         after the owner grace like any intent without one. A few times at most, so a line
         that can never be written (too long) cannot come back on every tick."""
-        why = "not sent: bridge connection lost"
         tries = self._unsent_tries[injection.id] = self._unsent_tries.get(injection.id, 0) + 1
         if tries > UNSENT_TRIES:
             self._close(injection, now, why, failed=True)
@@ -272,6 +272,10 @@ class Actions:
             self.store.mark_unsent(injection.id, why)
             log.info("injection %s %s; it waits for its session's owner", injection.id, why)
         return Outcome(False, "bridge connection lost")
+
+    def never_arrived(self, injection: InjectionRecord, now: datetime) -> None:
+        """A sent continuation its bridge says it never ran (``Recovery.adopt``)."""
+        self._unsent(injection, now, "not run: its line was lost on the way to the bridge")
 
     def _close(self, injection: InjectionRecord, now: datetime, why: str, *, failed: bool) -> None:
         if failed:
@@ -379,13 +383,32 @@ class Recovery:
         log.info("rebuilt: %d open injections, %d known owners", len(injections),
                  len(self._owner_pids))
 
-    def adopt(self, conn_id: str, pid: int, now: datetime) -> None:
-        """A bridge said hello: it owns again what its process owned before our restart."""
+    def adopt(self, conn_id: str, pid: int, now: datetime,
+              ran: frozenset[int] | None = None) -> None:
+        """A bridge said hello: it owns again what its process owned before our restart, and
+        what it was sent but never ran goes out again (``ran``: what the hello says it ran)."""
         for session_id, owner_pid in self._owner_pids.items():
             view = self._sessions.ensure(session_id)
             if owner_pid == pid and view.owner is None:
                 view.owner = conn_id
+        if ran is not None:
+            self._send_again_what_never_arrived(conn_id, ran, now)
         self.send_due(now)
+
+    def _send_again_what_never_arrived(self, conn_id: str, ran: frozenset[int],
+                                       now: datetime) -> None:
+        """A continuation marked sent, for a session this bridge owns, that its process did
+        not run and OpenCode's DB does not show, never got there: its line died in a cut
+        socket, or this daemon died between marking it sent and writing it (issue 11). It is
+        an intent again, sent once the session is idle. Never twice: the bridge names what it
+        ran and refuses a copy of it, and the DB is read before the send."""
+        for injection in self._store.open_injections():
+            if injection.state != "sent" or injection.id in ran:
+                continue
+            view = self._sessions.get(injection.session_id)
+            if view is None or view.owner != conn_id or self._confirm_from_db(injection, now):
+                continue
+            self._actions.never_arrived(injection, now)
 
     def send_due(self, now: datetime, session_id: str | None = None) -> None:
         for injection in self._store.open_injections(session_id):

@@ -152,9 +152,25 @@ class Loop:
             if item is not None and not self.handle(item):
                 break
             if time.monotonic() >= next_tick:
+                if not self.catch_up(inbox):
+                    break
                 self.tick()
                 next_tick = time.monotonic() + self.settings.tick_interval
         self.beat(self.clock.now(), stopping=True)
+
+    def catch_up(self, inbox: queue.Queue[object]) -> bool:
+        """Handle what is already queued before a tick judges it: a loop held up (a slow
+        disk, a starved CPU) must not take a session for stalled while the events that say it
+        moved wait in its inbox. Bounded by the queue's size when called, so a steady stream
+        cannot put the tick off. False when one of them was the shutdown."""
+        for _ in range(inbox.qsize()):
+            try:
+                item = inbox.get_nowait()
+            except queue.Empty:
+                return True
+            if not self.handle(item):
+                return False
+        return True
 
     def handle(self, item: object) -> bool:
         """Act on one inbox item; False when the loop should stop."""
@@ -191,7 +207,8 @@ class Loop:
             self._last_beat = None if named else self._last_beat  # owners into the heartbeat
             # ... and what ended while it was away is judged before its old retries may fire.
             self.gap.bridge_hello(item.conn_id, item.hello.pid, now, named)
-            self.recovery.adopt(item.conn_id, item.hello.pid, now)
+            self.recovery.adopt(item.conn_id, item.hello.pid, now,
+                                 protocol.ran_injections(item.hello))
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
             known = self.bridges.pop(item.conn_id, None)

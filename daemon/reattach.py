@@ -53,6 +53,10 @@ def adopt_named(sessions: Sessions, conn_id: str, hello: Hello, live: Container[
 def restore(view: SessionView, state: SessionState, now: datetime) -> None:
     """The live state as the bridge last saw it (a status it never saw stays unknown)."""
     view.status = state.status
+    # The clock the connection ran is void too (soak, issue 11: a session still busy when a
+    # socket cut healed kept the time of its last event from before the cut, and its next
+    # stall check took the reconnect's seconds for a stall). The next event starts a new one.
+    view.last_activity = None
     view.retry_next = _retry_at(state, now) if state.status == "retry" else None
     view.permissions = set(state.permissions)
     view.questions = set(state.questions)

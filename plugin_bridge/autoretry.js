@@ -18,7 +18,7 @@ import {
   BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
   LineBuffer, processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath,
   trimEvent, WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer,
-  isExecRun, markContinuation, pendingExecMarker, SessionBook,
+  isExecRun, markContinuation, pendingExecMarker, PromptBook, SessionBook,
 } from "./autoretry/wire.js"
 
 // Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
@@ -84,6 +84,7 @@ export class Bridge {
     this.timer = null
     this.trims = new TrimBook(options.trimLimit)
     this.book = new SessionBook(options.sessionLimit) // what the hello names (issue 11)
+    this.prompts = new PromptBook(options.promptLimit) // the continuations run here (issue 11)
     this.penalties = {}
     this.deltas = new DeltaCoalescer((event, t) => this.send("event", { t, event }, "delta"),
       coalesceWindow(options))
@@ -123,7 +124,7 @@ export class Bridge {
       this.buffer = new LineBuffer(MAX_LINE_BYTES)
       const hello = { pid: process.pid, directory: this.directory, project: this.project,
         opencode: await this.opencodeVersion(), bridge: BRIDGE_VERSION, server_url: this.serverUrl(),
-        exec: isExecRun(), sessions: this.book.toWire() }
+        exec: isExecRun(), sessions: this.book.toWire(), prompts: this.prompts.toWire() }
       if (this.socket !== socket) return
       this.queue.unshift(encodeMessage("hello", hello), "control")
       this.ready = true
@@ -242,6 +243,10 @@ export class Bridge {
     if (msg.type === "reply") {
       const waiter = this.pending.get(msg.id)
       if (waiter) waiter(msg)
+      return
+    }
+    if (msg.type === "prompt" && !this.prompts.claim(msg)) {
+      if (msg.id) this.ack(msg.id, true, null, { duplicate: true }) // it ran (or runs) already
       return
     }
     const runners = {

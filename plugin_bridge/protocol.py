@@ -30,6 +30,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "server_url": "str?",
         "exec": "bool?",  # issue 10: the process is an `opencode run` driven by autoretry exec
         "sessions": "obj?",  # issue 11: the sessions the process saw, see ``session_states``
+        "prompts": "obj?",  # issue 11: the continuations it ran, see ``ran_injections``
     },
     "event": {"t": "int", "event": "obj"},
     "chat.message": {
@@ -132,6 +133,9 @@ class Hello:
     #: session id -> {status, next?, permissions?, questions?}, least recently active first;
     #: None from a bridge older than the field. Read it with ``session_states``.
     sessions: Mapping[str, Any] | None = field(default=None, repr=False)
+    #: injection id -> session id of the marked continuations the process ran; None from a
+    #: bridge older than the field. Read it with ``ran_injections``.
+    prompts: Mapping[str, Any] | None = field(default=None, repr=False)
 
 
 #: A hello names at most this many sessions (the bridge's SESSION_BOOK_LIMIT, wire.js): more
@@ -188,6 +192,21 @@ def session_states(hello: Hello) -> tuple[tuple[SessionState, ...], int]:
     states = [_session_state(session_id, value) for session_id, value in items]
     kept = tuple(s for s in states if s is not None)
     return kept, len(raw) - len(kept)
+
+
+#: A hello names at most this many continuations run (the bridge's PROMPT_BOOK_LIMIT, wire.js).
+HELLO_PROMPTS = 256
+
+
+def ran_injections(hello: Hello) -> frozenset[int] | None:
+    """The injection ids of the continuations the hello's process ran; None when its bridge
+    does not say (older than the field, or a malformed one): then nothing may be sent again."""
+    raw = hello.prompts
+    if raw is None or len(raw) > HELLO_PROMPTS:
+        return None
+    if not all(isinstance(k, str) and k.isdigit() and len(k) <= 18 for k in raw):
+        return None
+    return frozenset(int(k) for k in raw)
 
 
 @dataclass(frozen=True)

@@ -182,6 +182,24 @@ def test_a_socket_cut_forgets_nothing_the_hello_restores(tmp_path):
     assert (view.owner, view.status, view.permissions) == ("b2", "busy", {"per_1"})
 
 
+def test_a_busy_session_through_a_socket_cut_is_no_stall_once_it_moves_again(tmp_path):
+    """Found by the short soak: the turn went on while the bridge reconnected; the hello said
+    busy, and the clock of the old connection made the next stall check fire at once."""
+    h = Harness(tmp_path)
+    hello(h, {})
+    sid, user = h.busy_turn()
+    h.rows.assistant(sid, user, finish=None, text="", completed=False)
+    h.rows.commit()
+    h.closed()
+    h.advance(h.settings.stall_timeout + 1)  # the bridge's reconnect took that long
+    hello(h, {sid: {"status": "busy"}}, conn="b2")
+    h.advance(1)
+    assert h.bridge.of(protocol.Abort) == [] and h.store.decisions(sid) == []
+    h.event("message.part.updated", conn="b2", sessionID=sid, part={})  # it moves: a new clock
+    h.advance(h.settings.stall_timeout + 1)  # and a real stall after it is still one
+    assert len(h.bridge.of(protocol.Abort)) == 1
+
+
 def test_the_hello_owners_reach_the_next_heartbeat(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
@@ -237,3 +255,93 @@ def test_a_continuation_that_can_never_be_written_is_failed_after_a_few_tries(tm
         h.advance(1)
     [injection] = h.store.injections(sid)
     assert injection.state == "failed" and h.prompts() == []
+
+
+def sent_into_a_cut(h: Harness) -> tuple[str, protocol.Prompt]:
+    """Found by the short soak: a blank reply's continuation is written whole into a socket
+    that is being cut, so the daemon's write succeeds and the bridge never reads the line."""
+    hello(h, {})
+    sid = h.session()
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    h.blank_step(sid, user)
+    h.idle(sid)
+    [prompt] = h.prompts()
+    h.closed()
+    [injection] = h.store.injections(sid)
+    assert injection.state == "sent"
+    return sid, prompt
+
+
+def prompts_to(h: Harness, conn: str) -> list[protocol.Prompt]:
+    return [p for c, p in h.bridge.sent if c == conn and isinstance(p, protocol.Prompt)]
+
+
+def test_a_continuation_whose_line_a_cut_lost_goes_out_again_after_the_hello(tmp_path):
+    h = Harness(tmp_path)
+    sid, first = sent_into_a_cut(h)
+    hello_with(h, {sid: IDLE}, {}, conn="b2")  # the bridge ran nothing
+    h.advance(1)
+    [again] = prompts_to(h, "b2")
+    assert again.marker == first.marker  # the same injection: one decision, one continuation
+    assert [d.action for d in h.store.decisions(sid)] == ["inject"]
+    h.chat(sid, "msg_c", again.text, marker=dict(again.marker or {}))
+    assert h.store.injections(sid)[0].state == "confirmed"
+
+
+def test_a_continuation_its_bridge_ran_is_not_sent_again(tmp_path):
+    h = Harness(tmp_path)
+    sid, first = sent_into_a_cut(h)
+    injection = (first.marker or {})["injection"]
+    hello_with(h, {sid: IDLE}, {injection: sid}, conn="b2")  # only the ack was lost
+    h.advance(1)
+    assert prompts_to(h, "b2") == []
+    assert h.store.injections(sid)[0].state == "sent"
+
+
+def test_an_older_bridge_that_names_no_prompts_gets_nothing_again(tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = sent_into_a_cut(h)
+    hello_with(h, {sid: IDLE}, None, conn="b2")
+    h.advance(1)
+    assert prompts_to(h, "b2") == []
+
+
+def test_a_lost_continuation_waits_while_the_session_is_busy_and_is_not_sent_when_switched_off(
+        tmp_path):
+    h = Harness(tmp_path)
+    sid, _ = sent_into_a_cut(h)
+    hello_with(h, {sid: {"status": "busy"}}, {}, conn="b2")
+    h.advance(1)
+    assert prompts_to(h, "b2") == []  # the user may be typing into it: wait for idle
+    h.command(sid, "off")  # ... and the user switched autoretry off meanwhile
+    h.idle(sid)
+    h.advance(1)
+    assert prompts_to(h, "b2") == []
+    assert h.store.injections(sid)[0].state == "cancelled"
+
+
+def test_a_continuation_lost_to_a_daemon_killed_under_the_write_goes_out_once(tmp_path):
+    h = Harness(tmp_path)
+    sid, first = sent_into_a_cut(h)
+    h.loop.beat(h.clock.now())
+    h.sigkill()
+    h.revive()
+    hello_with(h, {sid: IDLE}, {}, conn="b2")
+    h.advance(1)
+    [again] = prompts_to(h, "b2")
+    assert again.marker == first.marker
+    for conn in ("b3", "b4"):  # later reconnects: it ran there now, so never again
+        h.closed(h.loop.sessions.ensure(sid).owner or "b2")
+        hello_with(h, {sid: IDLE}, {(again.marker or {})["injection"]: sid}, conn=conn)
+        h.advance(1)
+    assert len(h.prompts()) == 1
+
+
+def hello_with(h: Harness, sessions: dict[str, dict[str, Any]], prompts: dict[str, str] | None,
+               conn: str) -> None:
+    h.bridge.alive.add(conn)
+    message = protocol.Hello(pid=PID, directory="/work/project", sessions=sessions,
+                             prompts=prompts)
+    h.loop.handle(BridgeConnected(conn, message, h.clock.now()))

@@ -21,11 +21,13 @@ from daemon_fakes import Harness, drain  # noqa: E402
 from opencode_rows import OpenCodeRows  # noqa: E402
 
 from opencode_autoretry.cli import main  # noqa: E402
+from opencode_autoretry.daemon.bridges import BridgeMessage  # noqa: E402
 from opencode_autoretry.daemon.inbox import DbRows, Shutdown, TimerDue  # noqa: E402
 from opencode_autoretry.daemon.scheduler import RetryScheduler  # noqa: E402
 from opencode_autoretry.daemon.sources import DbTailer  # noqa: E402
 from opencode_autoretry.daemon.watch import WalWatcher  # noqa: E402
 from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
+from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
 from opencode_autoretry.store import Store  # noqa: E402
 
 WAIT_S = 10.0
@@ -146,6 +148,39 @@ def test_loop_run_stops_on_shutdown_and_writes_a_last_heartbeat(tmp_path):
     h.loop.run(inbox)
     beat = h.store.heartbeat()
     assert beat is not None and beat.info["stopping"] is True
+
+
+class ScriptedInbox(queue.Queue):
+    """The items put in it, then a shutdown: ``run`` ends when the script is played."""
+
+    def get(self, block=True, timeout=None):
+        try:
+            return super().get(block=False)
+        except queue.Empty:
+            if not block:
+                raise
+            return Shutdown("end of the script")
+
+
+def test_a_tick_first_handles_what_is_queued_so_a_held_up_loop_sees_no_stall(tmp_path):
+    """The loop was held up past stall_timeout while the session's progress sat in the
+    inbox: the stall check must see that progress (soak, issue 11: a truncated turn once got
+    a stall decision beside a second e2e worker)."""
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = h.busy_turn()
+    h.rows.assistant(sid, user, finish=None, text="", completed=False)
+    h.rows.commit()
+    h.clock.advance(h.settings.stall_timeout + 5)
+    moved = protocol.Event(t=0, event={"type": "message.part.updated",
+                                       "properties": {"sessionID": sid, "part": {}}})
+    inbox = ScriptedInbox()
+    inbox.put(TimerDue(999))  # handled first; then the tick is due, with the event still queued
+    inbox.put(BridgeMessage("b1", moved, h.clock.now()))
+    h.loop.run(inbox)
+    assert h.bridge.of(protocol.Abort) == [] and h.store.decisions(sid) == []
+    h.advance(h.settings.stall_timeout + 1)  # and a real stall is still one
+    assert len(h.bridge.of(protocol.Abort)) == 1
 
 
 def cli(tmp_path, *args):

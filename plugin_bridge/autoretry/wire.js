@@ -24,7 +24,7 @@ export const FORWARDED_EVENTS = new Set([
 
 // Same table as plugin_bridge/protocol.py SCHEMA ("?" = optional / nullable).
 export const SCHEMA = {
-  hello: { pid: "int", directory: "str", project: "str?", opencode: "str?", bridge: "str?", server_url: "str?", exec: "bool?", sessions: "obj?" },
+  hello: { pid: "int", directory: "str", project: "str?", opencode: "str?", bridge: "str?", server_url: "str?", exec: "bool?", sessions: "obj?", prompts: "obj?" },
   event: { t: "int", event: "obj" },
   "chat.message": { t: "int", session_id: "str", message_id: "str?", agent: "str?", model: "obj?", variant: "str?", marker: "obj?", synthetic: "bool?", text: "str?", command: "bool?" },
   command: { id: "str", session_id: "str?", name: "str", arguments: "str?" },
@@ -419,5 +419,34 @@ export class SessionBook {
       wire[id] = item
     }
     return wire
+  }
+}
+
+// The marked continuations this process was asked to run, by injection id (the marker's), with
+// their session. A cut socket can lose a prompt line after the daemon wrote it, or the ack of
+// one this process ran: the hello names the ones it ran (`prompts`), so the daemon sends again
+// only what never arrived, and a copy of one that did is refused here, never run twice
+// (issue 11). Claimed when the line is read, before the first await: a copy read while the
+// first still runs is refused too.
+export const PROMPT_BOOK_LIMIT = 256 // = protocol.HELLO_PROMPTS
+
+export class PromptBook {
+  constructor(limit = PROMPT_BOOK_LIMIT) {
+    this.limit = limit
+    this.ids = new Map() // injection id -> session id, oldest first
+  }
+
+  // True when the prompt may run: the first time its injection id is seen, or unmarked.
+  claim(msg) {
+    const id = msg?.marker?.injection
+    if (typeof id !== "string" || !id) return true
+    if (this.ids.has(id)) return false
+    this.ids.set(id, String(msg.session_id))
+    while (this.ids.size > this.limit) this.ids.delete(this.ids.keys().next().value)
+    return true
+  }
+
+  toWire() {
+    return Object.fromEntries(this.ids)
   }
 }
