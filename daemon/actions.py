@@ -383,25 +383,24 @@ class Recovery:
         log.info("rebuilt: %d open injections, %d known owners", len(injections),
                  len(self._owner_pids))
 
-    def adopt(self, conn_id: str, pid: int, now: datetime,
-              ran: frozenset[int] | None = None) -> None:
-        """A bridge said hello: it owns again what its process owned before our restart, and
-        what it was sent but never ran goes out again (``ran``: what the hello says it ran)."""
+    def adopt(self, conn_id: str, pid: int, now: datetime) -> None:
+        """A bridge said hello: it owns again what its process owned before our restart."""
         for session_id, owner_pid in self._owner_pids.items():
             view = self._sessions.ensure(session_id)
             if owner_pid == pid and view.owner is None:
                 view.owner = conn_id
-        if ran is not None:
-            self._send_again_what_never_arrived(conn_id, ran, now)
         self.send_due(now)
 
-    def _send_again_what_never_arrived(self, conn_id: str, ran: frozenset[int],
-                                       now: datetime) -> None:
-        """A continuation marked sent, for a session this bridge owns, that its process did
-        not run and OpenCode's DB does not show, never got there: its line died in a cut
+    def resend_lost(self, conn_id: str, ran: frozenset[int] | None, now: datetime) -> None:
+        """A continuation marked sent, for a session this bridge's hello named, that its
+        process did not run (``ran``: the hello's list; None from an older bridge, which
+        cannot say) and OpenCode's DB does not show, never got there: its line died in a cut
         socket, or this daemon died between marking it sent and writing it (issue 11). It is
-        an intent again, sent once the session is idle. Never twice: the bridge names what it
-        ran and refuses a copy of it, and the DB is read before the send."""
+        an intent again, sent once the session is idle. Called before anything is sent on the
+        new connection, so the list covers every line this bridge could have run. Never
+        twice: the bridge refuses a copy of what it ran, and the DB is read before the send."""
+        if ran is None:
+            return
         for injection in self._store.open_injections():
             if injection.state != "sent" or injection.id in ran:
                 continue

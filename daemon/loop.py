@@ -205,10 +205,11 @@ class Loop:
             # The sessions it names are its own again, with their live state (issue 11) ...
             named = adopt_named(self.sessions, item.conn_id, item.hello, self.bridges, now)
             self._last_beat = None if named else self._last_beat  # owners into the heartbeat
+            # What it was sent and never ran goes out again; before anything is sent to it.
+            self.recovery.resend_lost(item.conn_id, protocol.ran_injections(item.hello), now)
             # ... and what ended while it was away is judged before its old retries may fire.
             self.gap.bridge_hello(item.conn_id, item.hello.pid, now, named)
-            self.recovery.adopt(item.conn_id, item.hello.pid, now,
-                                 protocol.ran_injections(item.hello))
+            self.recovery.adopt(item.conn_id, item.hello.pid, now)
             self.repetition.on_hello(item.conn_id, now)  # config + stored trims
         elif isinstance(item, BridgeClosed):
             known = self.bridges.pop(item.conn_id, None)

@@ -345,3 +345,16 @@ def hello_with(h: Harness, sessions: dict[str, dict[str, Any]], prompts: dict[st
     message = protocol.Hello(pid=PID, directory="/work/project", sessions=sessions,
                              prompts=prompts)
     h.loop.handle(BridgeConnected(conn, message, h.clock.now()))
+
+
+def test_a_continuation_the_gap_review_sends_after_the_hello_is_not_taken_for_lost(tmp_path):
+    """Found by the short soak: the hello's own gap review decided and sent a continuation,
+    which the hello could not list yet; it was marked lost (the bridge refused the copy)."""
+    h = Harness(tmp_path)
+    sid, _ = created_just_before_a_kill(h)
+    h.revive()
+    h.advance(1)
+    hello_with(h, {sid: IDLE}, {}, conn=CONN)
+    h.advance(1)
+    assert [p.session_id for p in h.prompts()] == [sid]
+    assert [i.state for i in h.store.injections(sid)] == ["sent"]
