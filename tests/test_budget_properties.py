@@ -11,8 +11,10 @@ restarts (transient state dropped, ledger kept). After every step we check:
 - exhausted only grows within a turn and blocks its groups until a real user message;
 - at most one NOTIFY per group per turn; every decision says why.
 
-The number of generated sequences is fixed (MAX_EXAMPLES), counted, printed and recorded as the
-``generated_sequences`` test property.
+The number of generated sequences is fixed (MAX_EXAMPLES: 1000 in a suite run, which keeps the
+suite under 10 minutes; ``AUTORETRY_BUDGET_EXAMPLES=3000`` for the full run), counted, printed
+and recorded as the ``generated_sequences`` test property. Derandomized: every run checks the
+same sequences, so a larger number adds coverage once, not on every run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +52,7 @@ from opencode_autoretry.models import (
 )
 from opencode_autoretry.policy import INTERRUPTION_GROUPS, Policy, load_policy
 
-MAX_EXAMPLES = 3000
+MAX_EXAMPLES = int(os.environ.get("AUTORETRY_BUDGET_EXAMPLES") or 1000)
 MIN_EVENTS = 8
 MAX_EVENTS = 60
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -257,6 +260,7 @@ def check_budgets(world: World) -> None:
 # --- the property ---------------------------------------------------------------------------
 
 
+@pytest.mark.long
 def test_random_event_sequences_keep_the_budget_invariants(record_property, capsys):
     checked: list[int] = []
     tally: dict[str, int] = {}
@@ -296,7 +300,8 @@ def test_random_event_sequences_keep_the_budget_invariants(record_property, caps
     record_property("generated_sequences", len(checked))
     record_property("generated_events", sum(checked))
     assert len(checked) >= MAX_EXAMPLES
-    # Not vacuous: every kind of outcome happened many times.
+    # Not vacuous: every kind of outcome happened many times (more than 100 in 3000 sequences).
+    many = MAX_EXAMPLES // 30
     for key in ("inject", "inject_at", "abort_then_inject", "notify", "skip"):
-        assert tally.get(key, 0) > 100, (key, tally)
-    assert tally.get("blocked_by_exhausted", 0) > 100, tally
+        assert tally.get(key, 0) > many, (key, tally)
+    assert tally.get("blocked_by_exhausted", 0) > many, tally

@@ -13,10 +13,13 @@
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import platform
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.error
@@ -187,15 +190,52 @@ def prepare_home(root: Path, provider_url: str) -> OpenCodeHome:
 PLUGIN_DEP = Path("node_modules") / "@opencode-ai" / "plugin"
 
 
+#: What OpenCode's first start npm-installs into its config dir, kept for the next homes.
+CONFIG_DEPS = ("node_modules", "package.json", "package-lock.json", ".gitignore")
+
+
 def warm_home(binary: Path, root: Path, provider_url: str) -> OpenCodeHome:
     """``prepare_home`` + one start of ``binary``: OpenCode npm-installs ``@opencode-ai/plugin``
-    into its config dir on first start. Each version gets a home of its own (its own DB: an
-    older OpenCode must not open a newer one's)."""
+    into its config dir on first start (about 20 s); a copy of what an earlier home of the same
+    binary installed (``CONFIG_DEPS``, in the cache dir) makes it a few seconds. Each version
+    gets a home of its own (its own DB: an older OpenCode must not open a newer one's)."""
     home = prepare_home(root, provider_url)
+    kept = _config_deps_cache(binary)
+    if (kept / PLUGIN_DEP / "package.json").exists():
+        _copy_config_deps(kept, home.config_dir)
     with OpenCodeServer.start(binary, home) as server:
         server.ok("GET", "/path")  # boots the project instance, which loads the plugins
         _wait_for_path(home.config_dir / PLUGIN_DEP / "package.json", 180)
+    if not kept.exists():
+        _keep_config_deps(home.config_dir, kept)
     return home
+
+
+def _config_deps_cache(binary: Path) -> Path:
+    """Keyed by the binary itself (path, size, mtime): another version installs other deps."""
+    real = binary.resolve()
+    stat = real.stat()
+    key = hashlib.sha1(f"{real}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+    return cache_dir() / "config-deps" / key
+
+
+def _copy_config_deps(source: Path, config_dir: Path) -> None:
+    for name in CONFIG_DEPS:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, config_dir / name, symlinks=True, dirs_exist_ok=True)
+        elif (source / name).exists():
+            shutil.copy2(source / name, config_dir / name)
+
+
+def _keep_config_deps(config_dir: Path, kept: Path) -> None:
+    """Copied aside, then renamed into place: two workers warming at once keep one copy."""
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=kept.parent))
+    _copy_config_deps(config_dir, staging)
+    try:
+        staging.rename(kept)
+    except OSError:  # the other worker's copy is already there
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _wait_for_path(path: Path, timeout: float) -> None:

@@ -274,6 +274,7 @@ def test_s8_waiting_for_a_permission_is_left_alone(provider, daemon, start_openc
     assert len(provider.requests()) == 1
 
 
+@pytest.mark.long
 @pytest.mark.opencode("gives_up")
 def test_s2_stream_reset_waits_for_opencodes_own_retries(provider, daemon, start_opencode):
     d = daemon()
@@ -298,6 +299,7 @@ def test_s2_stream_reset_waits_for_opencodes_own_retries(provider, daemon, start
     assert len(injected(server, session)) == 1
 
 
+@pytest.mark.long
 @pytest.mark.opencode("gives_up")
 def test_s7_rate_limit_continue_waits_for_retry_after(provider, daemon, start_opencode):
     d = daemon()

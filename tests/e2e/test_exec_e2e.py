@@ -110,6 +110,7 @@ def one_session(result: ExecResult) -> str:
     # OpenCode (1.18) retries a rate limit 5 times itself, then gives up
     pytest.param("http429:0.1", 6, marks=pytest.mark.opencode("gives_up")),
 ])
+@pytest.mark.long
 def test_a_failed_run_is_continued_once_and_exits_0(
     opencode_bin, opencode_home, faults, exec_home, socket_path, fault, first_requests
 ):
@@ -212,6 +213,7 @@ def test_json_output_stays_valid_json_lines(opencode_bin, opencode_home, faults,
 # -- with the daemon running: still one continuation per failure ------------------------------
 
 
+@pytest.mark.long
 def test_with_the_daemon_running_each_failure_is_continued_once(
     opencode_bin, opencode_home, faults, exec_home, socket_path, daemon
 ):

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.e2e
 SOAK_S = 35.0  # turns are started for this long; the test takes about 60 s in all
 
 
+@pytest.mark.long
 def test_short_soak_has_no_violation(opencode_bin, opencode_home, provider, tmp_path):
     seed = int(os.environ.get("AUTORETRY_SOAK_SEED") or 11)
     print(f"\nsoak seed {seed} (AUTORETRY_SOAK_SEED={seed} replays its faults)")
