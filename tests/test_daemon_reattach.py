@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_fakes import CONN, PID, Harness  # noqa: E402
@@ -210,18 +212,26 @@ def test_the_hello_owners_reach_the_next_heartbeat(tmp_path):
     assert beat is not None and beat.info["owners"].get(sid) == PID
 
 
-def cut_under_the_send(h: Harness) -> str:
-    """Found by the long soak: a blank reply is decided and its continuation goes out at once,
-    into a socket that is being cut; the close reaches the daemon just after."""
+def blank_turn_decided(h: Harness, *, write_fails: bool) -> str:
+    """A blank reply is decided and its continuation goes out at once, into a socket that is
+    being cut (the write fails, or succeeds and the bridge never reads the line); the close
+    reaches the daemon just after."""
     hello(h, {})
     sid = h.session()
     user = h.user(sid)
     h.chat(sid, user)
     h.status(sid, "busy")
     h.blank_step(sid, user)
-    h.bridge.alive = set()  # the write fails: the line never left whole
+    if write_fails:
+        h.bridge.alive = set()
     h.idle(sid)
     h.closed()
+    return sid
+
+
+def cut_under_the_send(h: Harness) -> str:
+    """Found by the long soak: the write fails, so the line never left whole."""
+    sid = blank_turn_decided(h, write_fails=True)
     [injection] = h.store.injections(sid)
     assert injection.state == "intent" and h.prompts() == []
     return sid
@@ -258,17 +268,9 @@ def test_a_continuation_that_can_never_be_written_is_failed_after_a_few_tries(tm
 
 
 def sent_into_a_cut(h: Harness) -> tuple[str, protocol.Prompt]:
-    """Found by the short soak: a blank reply's continuation is written whole into a socket
-    that is being cut, so the daemon's write succeeds and the bridge never reads the line."""
-    hello(h, {})
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
-    h.blank_step(sid, user)
-    h.idle(sid)
+    """Found by the short soak: the write succeeds and the bridge never reads the line."""
+    sid = blank_turn_decided(h, write_fails=False)
     [prompt] = h.prompts()
-    h.closed()
     [injection] = h.store.injections(sid)
     assert injection.state == "sent"
     return sid, prompt
@@ -290,22 +292,15 @@ def test_a_continuation_whose_line_a_cut_lost_goes_out_again_after_the_hello(tmp
     assert h.store.injections(sid)[0].state == "confirmed"
 
 
-def test_a_continuation_its_bridge_ran_is_not_sent_again(tmp_path):
+@pytest.mark.parametrize("ran", ["it", None], ids=["only-the-ack-was-lost", "older-bridge"])
+def test_a_continuation_is_not_sent_again_if_it_ran_or_its_bridge_cannot_say(tmp_path, ran):
     h = Harness(tmp_path)
     sid, first = sent_into_a_cut(h)
-    injection = (first.marker or {})["injection"]
-    hello_with(h, {sid: IDLE}, {injection: sid}, conn="b2")  # only the ack was lost
+    prompts = {(first.marker or {})["injection"]: sid} if ran else None
+    hello_with(h, {sid: IDLE}, prompts, conn="b2")
     h.advance(1)
     assert prompts_to(h, "b2") == []
-    assert h.store.injections(sid)[0].state == "sent"
-
-
-def test_an_older_bridge_that_names_no_prompts_gets_nothing_again(tmp_path):
-    h = Harness(tmp_path)
-    sid, _ = sent_into_a_cut(h)
-    hello_with(h, {sid: IDLE}, None, conn="b2")
-    h.advance(1)
-    assert prompts_to(h, "b2") == []
+    assert h.store.injections(sid)[0].state == "sent"  # confirmed by its row, or failed later
 
 
 def test_a_lost_continuation_waits_while_the_session_is_busy_and_is_not_sent_when_switched_off(
