@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from opencode_autoretry.daemon.sessions import Sessions, SessionView
-from opencode_autoretry.models import Action, Message, Turn
+from opencode_autoretry.daemon.sessions import ABORT_GRACE_S, Sessions, SessionView
+from opencode_autoretry.error_kinds import classify_error
+from opencode_autoretry.models import Action, Kind, Message, Turn
 from opencode_autoretry.plugin_bridge.protocol import Hello
 from opencode_autoretry.store import DecisionRecord, Heartbeat
 
@@ -203,6 +204,11 @@ class GapReview:
         view = self._sessions.ensure(session_id)
         if view.busy or self._judged_before(session_id, step.id, since - LOOKBACK):
             return 0  # live events decide a busy session; a judged failure stays judged
+        if turn is not None and self._ended_by_our_abort(session_id, turn.id, step):
+            log.info("gap: %s ended in our own abort (step %s): its continuation follows",
+                     session_id, step.id)
+            view.abort_requested, view.quiet = None, True  # as the abort's idle would have
+            return 0
         log.info("gap: judging %s (step %s ended %s)", session_id, step.id,
                  ended_at(step).isoformat())
         self._judge(view, now)
@@ -225,6 +231,20 @@ class GapReview:
         log.info("gap: %s named by its bridge, only skipped so far (%s): judged again",
                  session_id, mine[-1].reason)
         return ended_at(step)
+
+    def _ended_by_our_abort(self, session_id: str, turn_id: str, step: Message) -> bool:
+        """The step ended in an abort that one of our abort-then-continue decisions (a stall,
+        a runaway loop) asked for: it was running when we decided, or started within the
+        abort's grace after. Found by the long soak: a socket cut between the abort and its
+        idle, and the review of the gap took the abort for the user's, which cancelled the
+        continuation. Judged again (a later scan of the same gap), it is still ours."""
+        if step.error is None or classify_error(step.error)[0] is not Kind.USER_ABORT:
+            return False
+        return any(
+            d.action == str(Action.ABORT_THEN_INJECT) and d.turn_id == turn_id
+            and step.time_created <= d.at + timedelta(seconds=ABORT_GRACE_S)
+            for d in self._store.decisions(session_id, since=ended_at(step) - MAX_AGE)
+        )
 
     def _judged_before(self, session_id: str, message_id: str, since: datetime) -> bool:
         return any(decision.message_id == message_id and not _transient(decision)

@@ -353,3 +353,55 @@ def test_a_continuation_the_gap_review_sends_after_the_hello_is_not_taken_for_lo
     h.advance(1)
     assert [p.session_id for p in h.prompts()] == [sid]
     assert [i.state for i in h.store.injections(sid)] == ["sent"]
+
+
+def stalled_and_aborted(h: Harness) -> tuple[str, str]:
+    """A stall the daemon aborts to continue it: (session, user message)."""
+    hello(h, {})
+    sid, user = h.busy_turn()
+    h.rows.assistant(sid, user, finish=None, text="", completed=False)
+    h.rows.commit()
+    h.advance(h.settings.stall_timeout + 1)
+    assert len(h.bridge.of(protocol.Abort)) == 1
+    return sid, user
+
+
+@pytest.mark.parametrize("gap", ["socket cut", "daemon killed"])
+def test_our_own_abort_that_ended_in_a_gap_is_no_user_abort(tmp_path, gap):
+    """Found by the long soak: a stall (there: a runaway loop) was aborted to be continued;
+    the socket was cut before the abort's idle came, and the hello's gap review took the
+    aborted step for the user's abort, cancelling the continuation."""
+    h = Harness(tmp_path)
+    sid, user = stalled_and_aborted(h)
+    if gap == "socket cut":
+        h.closed()  # the abort's error and idle never reach the daemon
+    else:
+        h.sigkill()
+        h.revive()
+    h.rows.assistant(sid, user, finish=None, text="", error=aborted_error())
+    h.rows.commit()
+    hello(h, {sid: IDLE})
+    h.advance(1)
+    assert [d.kind for d in h.store.decisions(sid)] == ["stall"]  # no "user aborted"
+    assert [p.session_id for p in h.prompts()] == [sid]
+    assert not h.store.ledgers(sid)[0].user_aborted
+
+
+def test_a_users_abort_after_our_continuation_ran_stays_the_users(tmp_path):
+    """The negative: later in the same turn (our continuation ran, the model works on) the
+    user aborts while the socket is cut: that abort is the user's, nothing is sent."""
+    h = Harness(tmp_path)
+    sid, user = stalled_and_aborted(h)
+    h.error_then_idle(sid, aborted_error())  # our abort went through; the continuation goes
+    [prompt] = h.prompts()
+    h.injected_row(sid, prompt)
+    h.chat(sid, "msg_cont", prompt.text, marker=dict(prompt.marker or {}))
+    h.status(sid, "busy")
+    h.advance(60)  # the model works on the continuation for a minute
+    h.closed()
+    h.rows.assistant(sid, user, finish=None, text="", error=aborted_error())
+    h.rows.commit()
+    hello(h, {sid: IDLE})
+    h.advance(1)
+    assert [d.kind for d in h.store.decisions(sid)] == ["stall", "user_abort"]
+    assert len(h.prompts()) == 1
