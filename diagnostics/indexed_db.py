@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from opencode_autoretry.diagnostics.memo_codec import decode, encode
+from opencode_autoretry.diagnostics.records import DaemonRecords
+from opencode_autoretry.diagnostics.session_digest import Entry, Objects
 from opencode_autoretry.diagnostics.step_index import CandidateRow, StepIndex
 from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows
 from opencode_autoretry.diagnostics.trace import Outcome, message_links
@@ -94,6 +96,21 @@ class IndexedDB(IndexSource):
         self._index()
         return int(self._meta.get(f"{table}_rowid", "0"))
 
+    # -- for digest_findings.py ----------------------------------------------------------------
+
+    def index(self) -> StepIndex:
+        return self._index()
+
+    def watermark(self, table: str) -> int:
+        """The last rowid of ``table`` the index has read (rows above: added since)."""
+        return self._mark(table)
+
+    def stub(self, row: CandidateRow) -> MessageRow:
+        return _stub(row)
+
+    def rows_by_id(self, message_ids: Sequence[str]) -> list[MessageRow]:
+        return self._rows_by_id(message_ids, at_once=True)
+
     def close(self) -> None:
         opened: StepIndex | None = getattr(self, "_opened_index", None)
         if opened is not None:
@@ -163,6 +180,7 @@ class GroupMemo:
         self._entries: dict[str, tuple[str, int, int, bytes]] = {}
         self._links_read = False
         self._new: list[tuple[str, str, int, int, bytes]] = []
+        self._new_digests: list[tuple[str, str, int, int, bytes]] = []
         self.hits = 0
         self.misses = 0
 
@@ -210,6 +228,39 @@ class GroupMemo:
                 found += items
         found.sort(key=lambda c: (c.step.time_created, c.step.id))
         return found
+
+    def findings(
+        self,
+        db: OpenCodeDB,
+        records: DaemonRecords,
+        *,
+        since: datetime | None,
+        now: datetime,
+        runaway_steps: int,
+    ) -> tuple[list[Entry], Objects] | None:
+        """diagnose's findings from the session digests (None: ``db`` is no index reader)."""
+        if not isinstance(db, IndexedDB) or self._reader is None:
+            return None
+        from opencode_autoretry.diagnostics.digest_findings import digest_findings
+
+        return digest_findings(
+            db, self, records, since=since, now=now, runaway_steps=runaway_steps
+        )
+
+    def digests(self, flags: str, now: datetime) -> dict[str, bytes]:
+        """The valid digests made with ``flags``: session_id -> blob."""
+        if self._reader is None:
+            return {}
+        now_ms, gens = to_epoch_ms(now), self._gens
+        return {
+            sid: blob
+            for sid, (gen, valid_from, blob) in self._reader.digests(flags).items()
+            if gen == gens.get(sid, 0) and valid_from <= now_ms
+        }
+
+    def keep_digest(self, session_id: str, flags: str, valid_from: int, blob: bytes) -> None:
+        gen = self._gens.get(session_id, 0)
+        self._new_digests.append((session_id, flags, gen, valid_from, blob))
 
     def _read(self, keys: Sequence[str]) -> None:
         wanted = [k for k in keys if k not in self._entries]
@@ -275,7 +326,7 @@ class GroupMemo:
     def flush(self) -> None:
         """Write what was learnt (one transaction; a failure only loses the memo)."""
         self.close()
-        if not self._new:
+        if not self._new and not self._new_digests:
             return
         index = StepIndex.open(self.index_file)
         try:
@@ -283,10 +334,11 @@ class GroupMemo:
             if index.memo_count() + len(self._new) > MEMO_LIMIT:
                 index.drop_memo()
             index.put_memo(self._new)
+            index.put_digests(self._new_digests)
             index.conn.execute("COMMIT")
         finally:
             index.close()
-        self._new = []
+        self._new, self._new_digests = [], []
 
 
 def lean_step(item: ClassifiedStep, keep_parts: bool = False) -> ClassifiedStep:

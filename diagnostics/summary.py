@@ -27,11 +27,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 
+from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
 from opencode_autoretry.diagnostics.repetition_view import RepetitionStop
+from opencode_autoretry.diagnostics.session_digest import (
+    AT,
+    ID,
+    KIND,
+    KINDS,
+    MODEL,
+    PARENT,
+    PROVIDER,
+    RETRYABLE,
+    SESSION,
+    LightRow,
+    entries_of,
+)
 from opencode_autoretry.diagnostics.steps import ABNORMAL_KINDS, ClassifiedStep
 from opencode_autoretry.diagnostics.trace import Outcome, outcome_of, undelivered
-from opencode_autoretry.models import Kind, Role
+from opencode_autoretry.models import Kind, Role, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store import DecisionRecord, InjectionRecord
 
@@ -100,7 +114,11 @@ class Summary:
 
 @dataclass(frozen=True)
 class _Fate:
-    item: ClassifiedStep
+    at_ms: int  # the failed step's creation
+    step_id: str
+    session_id: str
+    model: str  # provider/model
+    kind: str
     turn: tuple[str, str]
     fate: str
     why: str | None
@@ -190,28 +208,43 @@ class _Judge:
         step, decision = item.step, self.decision_for(item)
         parent = step.parent_id or ""
         turn_id = (decision.turn_id if decision else None) or self.turn_of_injected.get(parent)
+        at = to_epoch_ms(step.time_created)
+        facts = (at, step.id, step.session_id, _model(item), str(item.verdict.kind))
         turn = (step.session_id, turn_id or parent)
         if decision is None:
-            return _Fate(item, turn, *self._without_decision(item))
+            verdict = item.verdict
+            why = self._without_decision(verdict.kind, verdict.retryable, step.session_id)
+            return _Fate(*facts, turn, *why)
         injections = self.by_decision.get(decision.id, ())
         if injections:
             fate = _fate_of_send([self.outcomes[i.id] for i in injections if i.id in self.outcomes])
-            return _Fate(item, turn, fate, None)
+            return _Fate(*facts, turn, fate, None)
         if decision.action == "notify" or _EXHAUSTED.search(decision.reason):
-            return _Fate(item, turn, "gave_up", None)
+            return _Fate(*facts, turn, "gave_up", None)
         if decision.action == "skip":
-            return _Fate(item, turn, "left_alone", _left_alone_reason(decision.reason))
-        return _Fate(item, turn, "in_progress", None)  # a send whose intent is not recorded yet
+            return _Fate(*facts, turn, "left_alone", _left_alone_reason(decision.reason))
+        return _Fate(*facts, turn, "in_progress", None)  # a send whose intent is not recorded yet
 
-    def _without_decision(self, item: ClassifiedStep) -> tuple[str, str | None]:
+    def judge_light(self, row: LightRow) -> _Fate:
+        """A digest's light row: its session has no decision (diagnose builds the others)."""
+        sid, parent, kind = row[SESSION], row[PARENT], KINDS[row[KIND]]
+        assert sid not in self.of_session, "a session with decisions must be built in full"
+        model = f"{row[PROVIDER] or '-'}/{row[MODEL] or '-'}"
+        turn = (sid, self.turn_of_injected.get(parent) or parent)
+        fate = self._without_decision(kind, row[RETRYABLE], sid)
+        return _Fate(row[AT], row[ID], sid, model, str(kind), turn, *fate)
+
+    def _without_decision(
+        self, kind: Kind, retryable: bool, session_id: str
+    ) -> tuple[str, str | None]:
         """What the daemon would never have acted on anyway, else unattended."""
-        if item.verdict.kind is Kind.USER_ABORT:
+        if kind is Kind.USER_ABORT:
             return "left_alone", "user_abort"
-        if item.verdict.kind is Kind.ORPHAN:
+        if kind is Kind.ORPHAN:
             return "left_alone", "no_owner"
-        if self.parents.get(item.step.session_id):
+        if self.parents.get(session_id):
             return "left_alone", "child"
-        if not item.verdict.retryable:
+        if not retryable:
             return "left_alone", "not_retryable"
         return "unattended", None
 
@@ -226,7 +259,8 @@ def _per_day(
     def day(value: datetime) -> date:
         return value.astimezone(zone).date()
 
-    days = [(day(f.item.step.time_created), f.fate == "recovered") for f in fates]
+    local = LocalDays(zone)
+    days = [(local.day(f.at_ms), f.fate == "recovered") for f in fates]
     failed = Counter(d for d, _ in days)
     recovered = Counter(d for d, ok in days if ok)
     start = day(since) if since else min(failed, default=day(now))
@@ -254,7 +288,7 @@ def _breakdowns(
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
     for fate in fates:
-        for table, key in ((by_model, _model(fate.item)), (by_kind, str(fate.item.verdict.kind))):
+        for table, key in ((by_model, fate.model), (by_kind, fate.kind)):
             table[key]["failed"] += 1
             table[key]["recovered"] += fate.fate == "recovered"
     kind_of = {d.id: d.kind or "-" for d in records.decisions}
@@ -278,13 +312,14 @@ def build_summary(
     zone: tzinfo | None = None,
 ) -> Summary:
     """``records`` must already be limited to the window (``load_records(since=...)``)."""
-    items = sorted(
-        (i for found in findings.values() for i in found),
-        key=lambda i: (i.step.time_created, i.step.id),
-    )
+    entries = [e for found in findings.values() for e in entries_of(found)]
+    light = [e for e in entries if type(e) is tuple]
+    full = [e for e in entries if type(e) is not tuple]
     outcomes = continuation_outcomes(db, records.injections)
-    judge = _Judge(records, outcomes, _parents(db, {i.step.session_id for i in items}))
-    fates = [judge.judge(i) for i in items]
+    sessions = {e[SESSION] for e in light} | {i.step.session_id for i in full}  # type: ignore[union-attr]
+    judge = _Judge(records, outcomes, _parents(db, sessions))
+    fates = [judge.judge(i) for i in full] + [judge.judge_light(r) for r in light]  # type: ignore[arg-type]
+    fates.sort(key=lambda f: (f.at_ms, f.step_id))
     newest: dict[tuple[str, str], _Fate] = {f.turn: f for f in fates}  # oldest first: last wins
     turns = Counter(f.fate for f in newest.values())
     why = Counter(f.why for f in newest.values() if f.fate == "left_alone")
@@ -295,7 +330,7 @@ def build_summary(
     return Summary(
         failed_steps=len(fates),
         failed_turns=len(newest),
-        failed_sessions=len({f.item.step.session_id for f in fates}),
+        failed_sessions=len({f.session_id for f in fates}),
         turns={fate: turns[fate] for fate in FATES},
         left_alone={reason: why[reason] for reason in LEFT_ALONE},
         loops=dict(Counter(s.taken for s in repetition)),
