@@ -79,23 +79,24 @@ def digest_findings(
     fresh = db.sessions_after("message", window.edge_message - 1) | db.sessions_after(
         "part", window.edge_part - 1
     )
-    valid = memo.digests(flags, now)
-    covered: dict[str, tuple[tuple[LightRow, ...], bytes]] = {}
+    objects = Objects(memo.index_file, flags)
+    valid = memo.valid_digests(objects.digests(), now)
+    covered: dict[str, tuple[LightRow, ...]] = {}
     for sid in in_window - fresh:
         blob = valid.get(sid)
         if blob is not None:
-            header, rows, heavy = decode_digest(blob)
+            header, rows = decode_digest(blob)
             if fits(header, window.low_message, window.low_part, window.cut_ms):
-                covered[sid] = (rows, heavy)
+                covered[sid] = rows
     uncovered = sorted((in_window | fresh) - covered.keys())
     keyed = _classified(db, memo, window, uncovered, bool(fresh), now, runaway_steps, flags)
-    objects = Objects({sid: heavy for sid, (_, heavy) in covered.items()})
     decided = {d.session_id for d in records.decisions}
     light: list[LightRow] = []
-    for sid, (rows, _) in covered.items():
-        if sid in decided:
-            keyed += [(row[EXTRA], objects.item(row)) for row in rows]
-        else:
+    built = [row for sid, rows in covered.items() if sid in decided for row in rows]
+    objects.load(built)
+    keyed += [(row[EXTRA], objects.item(row)) for row in built]
+    for sid, rows in covered.items():
+        if sid not in decided:
             light += rows
     full = relabel_daemon_aborts([item for _, item in keyed], records)
     found: list[tuple[tuple[int, int, str], Entry]] = [
@@ -182,5 +183,4 @@ def _digest(
             key=lambda pair: (pair[1], pair[0].step.time_created, pair[0].step.id),
         )
         bounds_t: Header = (bounds[0], bounds[1], bounds[2], bounds[3])
-        memo.keep_digest(sid, flags, valid_from, encode_digest(bounds_t, found))
-
+        memo.keep_digest(sid, flags, valid_from, *encode_digest(bounds_t, found))

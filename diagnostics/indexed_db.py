@@ -180,7 +180,7 @@ class GroupMemo:
         self._entries: dict[str, tuple[str, int, int, bytes]] = {}
         self._links_read = False
         self._new: list[tuple[str, str, int, int, bytes]] = []
-        self._new_digests: list[tuple[str, str, int, int, bytes]] = []
+        self._new_digests: list[tuple[str, str, int, int, bytes, bytes]] = []
         self.hits = 0
         self.misses = 0
 
@@ -247,20 +247,22 @@ class GroupMemo:
             db, self, records, since=since, now=now, runaway_steps=runaway_steps
         )
 
-    def digests(self, flags: str, now: datetime) -> dict[str, bytes]:
-        """The valid digests made with ``flags``: session_id -> blob."""
-        if self._reader is None:
-            return {}
+    def valid_digests(
+        self, digests: dict[str, tuple[int, int, bytes]], now: datetime
+    ) -> dict[str, bytes]:
+        """Of ``digests`` (session_id -> (gen, valid_from, blob)), the valid ones' blobs."""
         now_ms, gens = to_epoch_ms(now), self._gens
         return {
             sid: blob
-            for sid, (gen, valid_from, blob) in self._reader.digests(flags).items()
+            for sid, (gen, valid_from, blob) in digests.items()
             if gen == gens.get(sid, 0) and valid_from <= now_ms
         }
 
-    def keep_digest(self, session_id: str, flags: str, valid_from: int, blob: bytes) -> None:
+    def keep_digest(
+        self, session_id: str, flags: str, valid_from: int, blob: bytes, heavy: bytes
+    ) -> None:
         gen = self._gens.get(session_id, 0)
-        self._new_digests.append((session_id, flags, gen, valid_from, blob))
+        self._new_digests.append((session_id, flags, gen, valid_from, blob, heavy))
 
     def _read(self, keys: Sequence[str]) -> None:
         wanted = [k for k in keys if k not in self._entries]

@@ -2,8 +2,8 @@
 
 The summary counts each failed step on its local day (``datetime.astimezone(zone).date()``);
 at 1 M messages that is ~10 000 conversions a report. A zone's offset from UTC changes only at
-its transitions, so the offset of a whole hour is taken once, when its first and last
-millisecond share it (two transitions within one hour exist in no zone's rules); an hour with a
+its transitions, so the offset of a whole UTC day is taken once, when its first and last
+millisecond share it (two transitions within one day exist in no zone's rules); a day with a
 transition is converted value by value, as before.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta, tzinfo
 
-_HOUR_MS = 3_600_000
 _DAY_MS = 86_400_000
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -28,22 +27,23 @@ def exact_day(ms: int, zone: tzinfo | None) -> date:
 
 
 class LocalDays:
-    """``day(ms)`` == ``exact_day(ms, zone)``, cached per hour and per day."""
+    """``day(ms)`` == ``exact_day(ms, zone)``, the offset cached per UTC day."""
 
     def __init__(self, zone: tzinfo | None) -> None:
         self.zone = zone
-        self._hours: dict[int, int | None] = {}
+        self._offsets: dict[int, int | None] = {}
         self._days: dict[int, date] = {}
 
-    def _hour_offset(self, hour: int) -> int | None:
-        if hour not in self._hours:
-            first = _offset_ms(hour * _HOUR_MS, self.zone)
-            last = _offset_ms((hour + 1) * _HOUR_MS - 1, self.zone)
-            self._hours[hour] = first if first == last else None
-        return self._hours[hour]
+    def _offset(self, utc_day: int) -> int | None:
+        """The day's offset in ms, None if it changes within the day."""
+        if utc_day not in self._offsets:
+            first = _offset_ms(utc_day * _DAY_MS, self.zone)
+            last = _offset_ms((utc_day + 1) * _DAY_MS - 1, self.zone)
+            self._offsets[utc_day] = first if first == last else None
+        return self._offsets[utc_day]
 
     def day(self, ms: int) -> date:
-        offset = self._hour_offset(ms // _HOUR_MS)
+        offset = self._offset(ms // _DAY_MS)
         if offset is None:
             return exact_day(ms, self.zone)
         number = (ms + offset) // _DAY_MS

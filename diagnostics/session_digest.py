@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import marshal
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, overload
 
 from opencode_autoretry.diagnostics.memo_codec import decode, encode
+from opencode_autoretry.diagnostics.step_index import StepIndex
 from opencode_autoretry.diagnostics.steps import ClassifiedStep
 from opencode_autoretry.models import Kind, to_epoch_ms
 
@@ -54,16 +56,18 @@ def light_row(item: ClassifiedStep, extra: bool, pos: int) -> LightRow:
     )
 
 
-def encode_digest(header: Header, items: Sequence[tuple[ClassifiedStep, bool]]) -> bytes:
-    """``items``: the session's lean findings, each with whether it came from the part scan
-    alone (diagnose lists those after the others)."""
+def encode_digest(
+    header: Header, items: Sequence[tuple[ClassifiedStep, bool]]
+) -> tuple[bytes, bytes]:
+    """(the light part, the objects). ``items``: the session's lean findings, each with
+    whether it came from the part scan alone (diagnose lists those after the others)."""
     rows = tuple(light_row(item, extra, pos) for pos, (item, extra) in enumerate(items))
-    return marshal.dumps((header, rows, encode([item for item, _ in items])))
+    return marshal.dumps((header, rows)), encode([item for item, _ in items])
 
 
-def decode_digest(blob: bytes) -> tuple[Header, tuple[LightRow, ...], bytes]:
-    header, rows, heavy = marshal.loads(blob)
-    return tuple(header), rows, heavy  # type: ignore[return-value]
+def decode_digest(blob: bytes) -> tuple[Header, tuple[LightRow, ...]]:
+    header, rows = marshal.loads(blob)
+    return header, rows  # type: ignore[no-any-return]
 
 
 def fits(header: Header, low_message: int, low_part: int, cut_ms: int) -> bool:
@@ -80,18 +84,35 @@ def entry_key(entry: Entry) -> tuple[int, int, str]:
 
 
 class Objects:
-    """Turns light rows into the objects (one nested blob per session, decoded once)."""
+    """Reads the digests and turns light rows into objects (one blob per session, read and
+    decoded once). It reads the index on a connection of its own, in one read transaction
+    (a snapshot), so the objects read when the report is printed — after OpenCode's DB and
+    the report's index reader are closed — are those of the light rows it handed out."""
 
-    def __init__(self, heavy: Mapping[str, bytes]) -> None:
-        self._heavy = heavy
+    def __init__(self, index_file: Path, flags: str) -> None:
+        self._index = StepIndex.open(index_file, readonly=True)
+        self._index.conn.execute("BEGIN")
+        self._flags = flags
         self._decoded: dict[str, list[ClassifiedStep]] = {}
+
+    def digests(self) -> dict[str, tuple[int, int, bytes]]:
+        return self._index.digests(self._flags)
+
+    def _read(self, sessions: Sequence[str]) -> Mapping[str, bytes]:
+        return self._index.digest_objects(self._flags, sessions)
+
+    def load(self, rows: Iterable[LightRow]) -> None:
+        """Read the objects of these rows' sessions at once (one query per 500)."""
+        wanted = sorted({r[SESSION] for r in rows} - self._decoded.keys())
+        if wanted:
+            for sid, blob in self._read(wanted).items():
+                self._decoded[sid] = decode(blob)
 
     def item(self, row: LightRow) -> ClassifiedStep:
         sid = row[SESSION]
-        found = self._decoded.get(sid)
-        if found is None:
-            found = self._decoded[sid] = decode(self._heavy[sid])
-        return found[row[POS]]
+        if sid not in self._decoded:
+            self.load([row])
+        return self._decoded[sid][row[POS]]
 
 
 class LazyFindings(Sequence[ClassifiedStep]):
@@ -116,10 +137,13 @@ class LazyFindings(Sequence[ClassifiedStep]):
 
     def __getitem__(self, index: int | slice) -> ClassifiedStep | Sequence[ClassifiedStep]:
         if isinstance(index, slice):
-            return tuple(self._full(e) for e in self.entries[index])
+            picked = self.entries[index]
+            self._objects.load(e for e in picked if type(e) is tuple)  # type: ignore[misc]
+            return tuple(self._full(e) for e in picked)
         return self._full(self.entries[index])
 
     def __iter__(self) -> Iterator[ClassifiedStep]:
+        self._objects.load(e for e in self.entries if type(e) is tuple)  # type: ignore[misc]
         return (self._full(e) for e in self.entries)
 
     def __eq__(self, other: object) -> bool:

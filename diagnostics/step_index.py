@@ -55,7 +55,8 @@ CREATE TABLE IF NOT EXISTS memo (
 CREATE INDEX IF NOT EXISTS memo_session ON memo (session_id);
 CREATE TABLE IF NOT EXISTS digest (
     session_id TEXT NOT NULL, flags TEXT NOT NULL, gen INTEGER NOT NULL,
-    valid_from INTEGER NOT NULL, blob BLOB NOT NULL, PRIMARY KEY (session_id, flags));
+    valid_from INTEGER NOT NULL, blob BLOB NOT NULL, heavy BLOB NOT NULL,
+    PRIMARY KEY (session_id, flags));
 CREATE INDEX IF NOT EXISTS candidate_session ON candidate (session_id, row);
 CREATE INDEX IF NOT EXISTS markup_session ON markup (session_id, row);
 """
@@ -250,13 +251,25 @@ class StepIndex:
         sql = "SELECT session_id, gen, valid_from, blob FROM digest WHERE flags = ?"
         return {s: (g, v, b) for s, g, v, b in self.conn.execute(sql, (flags,))}
 
-    def put_digests(self, entries: Iterable[tuple[str, str, int, int, bytes]]) -> None:
-        """(session_id, flags, gen, valid_from, blob) rows."""
+    def put_digests(self, entries: Iterable[tuple[str, str, int, int, bytes, bytes]]) -> None:
+        """(session_id, flags, gen, valid_from, blob, heavy) rows."""
         self.conn.executemany(
-            "INSERT OR REPLACE INTO digest (session_id, flags, gen, valid_from, blob)"
-            " VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO digest (session_id, flags, gen, valid_from, blob, heavy)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
             entries,
         )
+
+    def digest_objects(self, flags: str, sessions: Sequence[str]) -> dict[str, bytes]:
+        """The objects part of these sessions' digests (read only for the rows printed)."""
+        found: dict[str, bytes] = {}
+        for start in range(0, len(sessions), _IN_CHUNK):
+            chunk = sessions[start : start + _IN_CHUNK]
+            sql = (
+                "SELECT session_id, heavy FROM digest WHERE flags = ?"
+                f" AND session_id IN ({','.join('?' * len(chunk))})"
+            )
+            found.update(self.conn.execute(sql, (flags, *chunk)))
+        return found
 
     def sessions_in(self, table: str, low: int, high: int, cut_ms: int) -> set[str]:
         """Sessions with a row of ``table`` (candidate, markup) in ``[low, high)`` since the cut."""

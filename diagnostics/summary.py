@@ -26,6 +26,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
+from operator import itemgetter
+from typing import NamedTuple
 
 from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
@@ -112,8 +114,7 @@ class Summary:
         return self.continuations.get("recovered", 0) / settled if settled else None
 
 
-@dataclass(frozen=True)
-class _Fate:
+class _Fate(NamedTuple):  # a tuple: ~10 000 of them a report
     at_ms: int  # the failed step's creation
     step_id: str
     session_id: str
@@ -189,6 +190,7 @@ class _Judge:
         self.by_decision: dict[int, list[InjectionRecord]] = defaultdict(list)
         for injection in records.injections:
             self.by_decision[injection.decision_id].append(injection)
+        self._light: dict[tuple[object, ...], tuple[str, str, str, str | None]] = {}
         self.turn_of_injected = {
             i.message_id: i.turn_id for i in records.injections if i.message_id and i.turn_id
         }
@@ -226,13 +228,22 @@ class _Judge:
         return _Fate(*facts, turn, "in_progress", None)  # a send whose intent is not recorded yet
 
     def judge_light(self, row: LightRow) -> _Fate:
-        """A digest's light row: its session has no decision (diagnose builds the others)."""
-        sid, parent, kind = row[SESSION], row[PARENT], KINDS[row[KIND]]
+        """A digest's light row: its session has no decision (diagnose builds the others).
+        The same answer as ``judge``, from a few values (cached: ~10 000 rows a report)."""
+        sid, parent = row[SESSION], row[PARENT]
         assert sid not in self.of_session, "a session with decisions must be built in full"
-        model = f"{row[PROVIDER] or '-'}/{row[MODEL] or '-'}"
+        key = (row[KIND], row[RETRYABLE], bool(self.parents.get(sid)), row[PROVIDER], row[MODEL])
+        facts = self._light.get(key)
+        if facts is None:
+            kind = KINDS[row[KIND]]
+            model = f"{row[PROVIDER] or '-'}/{row[MODEL] or '-'}"
+            facts = self._light[key] = (
+                model,
+                str(kind),
+                *self._without_decision(kind, row[RETRYABLE], sid),
+            )
         turn = (sid, self.turn_of_injected.get(parent) or parent)
-        fate = self._without_decision(kind, row[RETRYABLE], sid)
-        return _Fate(row[AT], row[ID], sid, model, str(kind), turn, *fate)
+        return _Fate(row[AT], row[ID], sid, facts[0], facts[1], turn, facts[2], facts[3])
 
     def _without_decision(
         self, kind: Kind, retryable: bool, session_id: str
@@ -319,7 +330,7 @@ def build_summary(
     sessions = {e[SESSION] for e in light} | {i.step.session_id for i in full}  # type: ignore[union-attr]
     judge = _Judge(records, outcomes, _parents(db, sessions))
     fates = [judge.judge(i) for i in full] + [judge.judge_light(r) for r in light]  # type: ignore[arg-type]
-    fates.sort(key=lambda f: (f.at_ms, f.step_id))
+    fates.sort(key=itemgetter(0, 1))  # (at_ms, step_id): creation order
     newest: dict[tuple[str, str], _Fate] = {f.turn: f for f in fates}  # oldest first: last wins
     turns = Counter(f.fate for f in newest.values())
     why = Counter(f.why for f in newest.values() if f.fate == "left_alone")
