@@ -16,11 +16,14 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.session_digest import (
+    AT,
     EXTRA,
+    ID,
     NONE_YET,
     Entry,
     Header,
@@ -99,12 +102,15 @@ def digest_findings(
         if sid not in decided:
             light += rows
     full = relabel_daemon_aborts([item for _, item in keyed], records)
+    light.sort(key=itemgetter(EXTRA, AT, ID))
+    if not full:
+        return list(light), objects
     found: list[tuple[tuple[int, int, str], Entry]] = [
         ((extra, to_epoch_ms(i.step.time_created), i.step.id), i)
         for (extra, _), i in zip(keyed, full, strict=True)
     ]
-    found += [((r[EXTRA], r[1], r[2]), r) for r in light]
-    found.sort(key=lambda pair: pair[0])
+    found += [((r[EXTRA], r[AT], r[ID]), r) for r in light]
+    found.sort(key=itemgetter(0))
     return [entry for _, entry in found], objects
 
 

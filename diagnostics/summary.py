@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 from operator import itemgetter
-from typing import NamedTuple
 
 from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
@@ -114,15 +113,11 @@ class Summary:
         return self.continuations.get("recovered", 0) / settled if settled else None
 
 
-class _Fate(NamedTuple):  # a tuple: ~10 000 of them a report
-    at_ms: int  # the failed step's creation
-    step_id: str
-    session_id: str
-    model: str  # provider/model
-    kind: str
-    turn: tuple[str, str]
-    fate: str
-    why: str | None
+#: What became of one failed step: a plain tuple (~10 000 a report; a class or a NamedTuple
+#: cost more to build than the rest of the summary) of (its creation in epoch ms, its id,
+#: session, provider/model, kind, turn (session, turn id), fate, why it was left alone).
+_Fate = tuple[int, str, str, str, str, tuple[str, str], str, str | None]
+F_AT, F_ID, F_SESSION, F_MODEL, F_KIND, F_TURN, F_FATE, F_WHY = range(8)
 
 
 def continuation_outcomes(
@@ -216,16 +211,16 @@ class _Judge:
         if decision is None:
             verdict = item.verdict
             why = self._without_decision(verdict.kind, verdict.retryable, step.session_id)
-            return _Fate(*facts, turn, *why)
+            return (*facts, turn, *why)
         injections = self.by_decision.get(decision.id, ())
         if injections:
             fate = _fate_of_send([self.outcomes[i.id] for i in injections if i.id in self.outcomes])
-            return _Fate(*facts, turn, fate, None)
+            return (*facts, turn, fate, None)
         if decision.action == "notify" or _EXHAUSTED.search(decision.reason):
-            return _Fate(*facts, turn, "gave_up", None)
+            return (*facts, turn, "gave_up", None)
         if decision.action == "skip":
-            return _Fate(*facts, turn, "left_alone", _left_alone_reason(decision.reason))
-        return _Fate(*facts, turn, "in_progress", None)  # a send whose intent is not recorded yet
+            return (*facts, turn, "left_alone", _left_alone_reason(decision.reason))
+        return (*facts, turn, "in_progress", None)  # a send whose intent is not recorded yet
 
     def judge_light(self, row: LightRow) -> _Fate:
         """A digest's light row: its session has no decision (diagnose builds the others).
@@ -243,7 +238,7 @@ class _Judge:
                 *self._without_decision(kind, row[RETRYABLE], sid),
             )
         turn = (sid, self.turn_of_injected.get(parent) or parent)
-        return _Fate(row[AT], row[ID], sid, facts[0], facts[1], turn, facts[2], facts[3])
+        return (row[AT], row[ID], sid, facts[0], facts[1], turn, facts[2], facts[3])
 
     def _without_decision(
         self, kind: Kind, retryable: bool, session_id: str
@@ -271,7 +266,7 @@ def _per_day(
         return value.astimezone(zone).date()
 
     local = LocalDays(zone)
-    days = [(local.day(f.at_ms), f.fate == "recovered") for f in fates]
+    days = [(local.day(f[F_AT]), f[F_FATE] == "recovered") for f in fates]
     failed = Counter(d for d, _ in days)
     recovered = Counter(d for d, ok in days if ok)
     start = day(since) if since else min(failed, default=day(now))
@@ -299,9 +294,9 @@ def _breakdowns(
     by_model: dict[str, Counter[str]] = defaultdict(Counter)
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
     for fate in fates:
-        for table, key in ((by_model, fate.model), (by_kind, fate.kind)):
+        for table, key in ((by_model, fate[F_MODEL]), (by_kind, fate[F_KIND])):
             table[key]["failed"] += 1
-            table[key]["recovered"] += fate.fate == "recovered"
+            table[key]["recovered"] += fate[F_FATE] == "recovered"
     kind_of = {d.id: d.kind or "-" for d in records.decisions}
     for decision in records.decisions:
         by_kind[decision.kind or "-"]["decisions"] += 1
@@ -331,9 +326,9 @@ def build_summary(
     judge = _Judge(records, outcomes, _parents(db, sessions))
     fates = [judge.judge(i) for i in full] + [judge.judge_light(r) for r in light]  # type: ignore[arg-type]
     fates.sort(key=itemgetter(0, 1))  # (at_ms, step_id): creation order
-    newest: dict[tuple[str, str], _Fate] = {f.turn: f for f in fates}  # oldest first: last wins
-    turns = Counter(f.fate for f in newest.values())
-    why = Counter(f.why for f in newest.values() if f.fate == "left_alone")
+    newest: dict[tuple[str, str], _Fate] = {f[F_TURN]: f for f in fates}  # oldest first: last wins
+    turns = Counter(f[F_FATE] for f in newest.values())
+    why = Counter(f[F_WHY] for f in newest.values() if f[F_FATE] == "left_alone")
     actions: dict[str, Counter[str]] = defaultdict(Counter)
     for decision in records.decisions:
         actions[decision.action][decision.kind or "-"] += 1
@@ -341,7 +336,7 @@ def build_summary(
     return Summary(
         failed_steps=len(fates),
         failed_turns=len(newest),
-        failed_sessions=len({f.session_id for f in fates}),
+        failed_sessions=len({f[F_SESSION] for f in fates}),
         turns={fate: turns[fate] for fate in FATES},
         left_alone={reason: why[reason] for reason in LEFT_ALONE},
         loops=dict(Counter(s.taken for s in repetition)),
