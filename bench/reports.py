@@ -383,7 +383,9 @@ def index_reports(limit: int = 20) -> dict[str, Callable[[OpenCodeDB, GroupMemo]
     return {
         "diagnose 0": diagnose(0),
         "diagnose 7": diagnose(7),
-        "trace 0": lambda db, memo: trace_json(build_trace(db, records, now=NOW, memo=memo)),
+        "trace 0": lambda db, memo: trace_json(
+            build_trace(db, records, now=NOW, memo=memo, rendered=True)  # as `trace --json`
+        ),
     }
 
 

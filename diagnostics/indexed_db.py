@@ -25,6 +25,7 @@ from opencode_autoretry.diagnostics.session_digest import Entry, Objects
 from opencode_autoretry.diagnostics.step_index import CandidateRow, StepIndex
 from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows
 from opencode_autoretry.diagnostics.trace import Outcome, message_links
+from opencode_autoretry.diagnostics.trace_rows import Rendered, decode_rendered, encode_rendered
 from opencode_autoretry.models import Message, Turn, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import (
@@ -43,6 +44,8 @@ _SETTLE_MS = int(SETTLE.total_seconds() * 1000)
 MEMO_LIMIT = 500_000
 #: The prefix of trace's entries (one per continuation message).
 _LINKS = "links\0"
+#: The prefix of trace --json's rendered continuations (one per marked message).
+_RENDERED = "rendered\0"
 
 
 class StubData(dict[str, Any]):
@@ -324,6 +327,25 @@ class GroupMemo:
         kept = lean_step(trigger, keep_parts=True) if trigger else None
         self._keep(key, session_id, (kept, outcome), since, now)
         return trigger, outcome
+
+    def rendered(self, now: datetime) -> dict[str, tuple[Rendered, int | None]]:
+        """``trace --json``'s remembered continuations, valid at ``now`` (trace_rows.py)."""
+        if self._reader is None:
+            return {}
+        now_ms, found = to_epoch_ms(now), {}
+        for key, (sid, gen, valid_from, blob) in self._reader.memo_under(_RENDERED).items():
+            if gen == self._gens.get(sid, 0) and valid_from <= now_ms:
+                mid = key[len(_RENDERED) :]
+                found[mid] = decode_rendered(mid, blob)
+        return found
+
+    def keep_rendered(
+        self, item: Rendered, marker: int | None, valid_from: int, now: datetime
+    ) -> None:
+        key = f"{_RENDERED}{item.message_id}"
+        if to_epoch_ms(now) >= valid_from:
+            gen = self._gens.get(item.session_id, 0)
+            self._new.append((key, item.session_id, gen, valid_from, encode_rendered(item, marker)))
 
     def flush(self) -> None:
         """Write what was learnt (one transaction; a failure only loses the memo)."""
