@@ -233,11 +233,12 @@ def build_diagnose(
     since = window_start(now, days)
     digested = getattr(memo, "findings", None)  # the report index's session digests
     if digested is not None:
-        fast = digested(db, records, since=since, now=now, runaway_steps=runaway_steps)
-        if fast is not None:
-            entries, objects = fast
-            health_now = read_health(db, records, bridge_path)
-            return _report(db, records, days, since, now, health_now, entries, objects, zone)
+        with paused_gc():  # ~10 000 light rows and fates: tuples the collector would walk
+            fast = digested(db, records, since=since, now=now, runaway_steps=runaway_steps)
+            if fast is not None:
+                entries, objects = fast
+                health_now = read_health(db, records, bridge_path)
+                return _report(db, records, days, since, now, health_now, entries, objects, zone)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
     with ThreadPoolExecutor(max_workers=SCAN_WORKERS) as pool, paused_gc():
