@@ -63,6 +63,7 @@ from opencode_autoretry.diagnostics.session_digest import (
     Entry,
     LazyFindings,
     Objects,
+    cast_full,
     kind_of,
     loop_of,
 )
@@ -284,7 +285,7 @@ def _report(
     injections = [i for i in records.injections if since is None or i.created >= since]
     grouped = _group(found)
     findings: dict[Kind, Sequence[ClassifiedStep]] = {
-        kind: LazyFindings(items, objects) if objects is not None else tuple(items)  # type: ignore[misc]
+        kind: LazyFindings(items, objects) if objects is not None else tuple(cast_full(items))
         for kind, items in grouped.items()
     }
     stops = tuple(s for s in repetition_stops(records) if since is None or s.decision.at >= since)

@@ -67,7 +67,7 @@ def encode_digest(
 
 def decode_digest(blob: bytes) -> tuple[Header, tuple[LightRow, ...]]:
     header, rows = marshal.loads(blob)
-    return header, rows  # type: ignore[no-any-return]
+    return header, rows
 
 
 def fits(header: Header, low_message: int, low_part: int, cut_ms: int) -> bool:
@@ -138,12 +138,12 @@ class LazyFindings(Sequence[ClassifiedStep]):
     def __getitem__(self, index: int | slice) -> ClassifiedStep | Sequence[ClassifiedStep]:
         if isinstance(index, slice):
             picked = self.entries[index]
-            self._objects.load(e for e in picked if type(e) is tuple)  # type: ignore[misc]
+            self._objects.load(e for e in picked if type(e) is tuple)
             return tuple(self._full(e) for e in picked)
         return self._full(self.entries[index])
 
     def __iter__(self) -> Iterator[ClassifiedStep]:
-        self._objects.load(e for e in self.entries if type(e) is tuple)  # type: ignore[misc]
+        self._objects.load(e for e in self.entries if type(e) is tuple)
         return (self._full(e) for e in self.entries)
 
     def __eq__(self, other: object) -> bool:
@@ -168,3 +168,8 @@ def loop_of(entry: Entry) -> tuple[str, str]:
     if type(entry) is tuple:
         return entry[SESSION], entry[TURN]
     return entry.step.session_id, entry.turn.id  # type: ignore[union-attr]
+
+
+def cast_full(entries: Iterable[Entry]) -> list[ClassifiedStep]:
+    """Entries known to be objects (a scan, no digest)."""
+    return [e for e in entries if isinstance(e, ClassifiedStep)]

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 from operator import itemgetter
+from typing import Final
 
 from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
@@ -117,7 +118,14 @@ class Summary:
 #: cost more to build than the rest of the summary) of (its creation in epoch ms, its id,
 #: session, provider/model, kind, turn (session, turn id), fate, why it was left alone).
 _Fate = tuple[int, str, str, str, str, tuple[str, str], str, str | None]
-F_AT, F_ID, F_SESSION, F_MODEL, F_KIND, F_TURN, F_FATE, F_WHY = range(8)
+F_AT: Final = 0
+F_ID: Final = 1
+F_SESSION: Final = 2
+F_MODEL: Final = 3
+F_KIND: Final = 4
+F_TURN: Final = 5
+F_FATE: Final = 6
+F_WHY: Final = 7
 
 
 def continuation_outcomes(

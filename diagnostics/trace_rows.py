@@ -58,7 +58,7 @@ def reusable(
     kept: Mapping[str, tuple[Rendered, int | None]],
     wanted: set[str],
     decided: set[str],
-    confirmed: set[str | None],
+    confirmed: set[str],
     known: set[int],
 ) -> dict[str, Rendered]:
     """The remembered continuations of ``wanted`` (the window's marked messages) the store's
