@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, tzinfo
 from operator import itemgetter
-from typing import Final
+from typing import Any, Final
 
 from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
@@ -230,9 +230,9 @@ class _Judge:
             return (*facts, turn, "left_alone", _left_alone_reason(decision.reason))
         return (*facts, turn, "in_progress", None)  # a send whose intent is not recorded yet
 
-    def judge_light(self, row: LightRow) -> _Fate:
+    def tally_light(self, row: LightRow, tallies: _Tallies) -> None:
         """A digest's light row: its session has no decision (diagnose builds the others).
-        The same answer as ``judge``, from a few values (cached: ~10 000 rows a report)."""
+        What ``judge`` gives, from a few values (cached: ~10 000 rows a report)."""
         sid, parent = row[SESSION], row[PARENT]
         assert sid not in self.of_session, "a session with decisions must be built in full"
         key = (row[KIND], row[RETRYABLE], bool(self.parents.get(sid)), row[PROVIDER], row[MODEL])
@@ -240,13 +240,10 @@ class _Judge:
         if facts is None:
             kind = KINDS[row[KIND]]
             model = f"{row[PROVIDER] or '-'}/{row[MODEL] or '-'}"
-            facts = self._light[key] = (
-                model,
-                str(kind),
-                *self._without_decision(kind, row[RETRYABLE], sid),
-            )
+            why = self._without_decision(kind, row[RETRYABLE], sid)
+            facts = self._light[key] = (model, str(kind), *why)
         turn = (sid, self.turn_of_injected.get(parent) or parent)
-        return (row[AT], row[ID], sid, facts[0], facts[1], turn, facts[2], facts[3])
+        tallies.add(row[AT], row[ID], sid, facts[0], facts[1], turn, facts[2], facts[3])
 
     def _without_decision(
         self, kind: Kind, retryable: bool, session_id: str
@@ -268,18 +265,53 @@ def _days(first: date, last: date) -> list[date]:
 
 
 def _per_day(
-    fates: Sequence[_Fate], since: datetime | None, now: datetime, zone: tzinfo | None
+    tallies: _Tallies, since: datetime | None, now: datetime, zone: tzinfo | None
 ) -> tuple[DayCount, ...]:
     def day(value: datetime) -> date:
         return value.astimezone(zone).date()
 
-    local = LocalDays(zone)
-    days = [(local.day(f[F_AT]), f[F_FATE] == "recovered") for f in fates]
-    failed = Counter(d for d, _ in days)
-    recovered = Counter(d for d, ok in days if ok)
+    failed, recovered = tallies.days_failed, tallies.days_recovered
     start = day(since) if since else min(failed, default=day(now))
     span = _days(min(start, day(now)), day(now))
     return tuple(DayCount(d, failed[d], recovered[d]) for d in span)
+
+
+class _Tallies:
+    """What the summary counts of the failed steps, added one step at a time in creation
+    order (the light rows of a digest without building a tuple each: ~10 000 a report)."""
+
+    def __init__(self, zone: tzinfo | None) -> None:
+        self.local = LocalDays(zone)
+        self.steps = 0
+        self.sessions: set[str] = set()
+        self.newest: dict[tuple[str, str], tuple[str, str | None]] = {}  # turn -> its fate
+        self.days_failed: Counter[date] = Counter()
+        self.days_recovered: Counter[date] = Counter()
+        self.models: dict[str, list[Any]] = {}  # model -> [first (at, id), failed, recovered]
+        self.kinds: dict[str, list[int]] = {}  # kind -> [failed, recovered]
+
+    def add(
+        self, at: int, step_id: str, session_id: str, model: str, kind: str,
+        turn: tuple[str, str], fate: str, why: str | None,
+    ) -> None:
+        ok = fate == "recovered"
+        self.steps += 1
+        self.sessions.add(session_id)
+        self.newest[turn] = (fate, why)
+        day = self.local.day(at)
+        self.days_failed[day] += 1
+        if ok:
+            self.days_recovered[day] += 1
+        counts = self.models.get(model)
+        if counts is None:
+            counts = self.models[model] = [(at, step_id), 0, 0]
+        counts[1] += 1
+        counts[2] += ok
+        per_kind = self.kinds.get(kind)
+        if per_kind is None:
+            per_kind = self.kinds[kind] = [0, 0]
+        per_kind[0] += 1
+        per_kind[1] += ok
 
 
 def _model(item: ClassifiedStep) -> str:
@@ -295,24 +327,43 @@ def _kind_order(kinds: Iterable[str]) -> list[str]:
 
 
 def _breakdowns(
-    fates: Sequence[_Fate],
+    tallies: _Tallies,
     records: DaemonRecords,
-    outcomes: Mapping[int, Outcome],
 ) -> tuple[dict[str, Tally], dict[str, Tally]]:
-    by_model: dict[str, Counter[str]] = defaultdict(Counter)
     by_kind: dict[str, Counter[str]] = defaultdict(Counter)
-    for fate in fates:
-        for table, key in ((by_model, fate[F_MODEL]), (by_kind, fate[F_KIND])):
-            table[key]["failed"] += 1
-            table[key]["recovered"] += fate[F_FATE] == "recovered"
+    for kind, (failed, recovered) in tallies.kinds.items():
+        by_kind[kind].update(failed=failed, recovered=recovered)
     kind_of = {d.id: d.kind or "-" for d in records.decisions}
     for decision in records.decisions:
         by_kind[decision.kind or "-"]["decisions"] += 1
     for injection in records.injections:
         by_kind[kind_of.get(injection.decision_id, "-")]["continuations"] += 1
-    models = {k: Tally(**v) for k, v in sorted(by_model.items(), key=lambda kv: -kv[1]["failed"])}
+    # most failures first; a tie in the order the models first failed
+    first_seen = sorted(tallies.models.items(), key=lambda kv: kv[1][0])
+    ranked = sorted(first_seen, key=lambda kv: -kv[1][1])
+    models = {k: Tally(failed=v[1], recovered=v[2]) for k, v in ranked}
     kinds = {k: Tally(**by_kind[k]) for k in _kind_order(by_kind)}
     return models, kinds
+
+
+class _LightMark:
+    """A light row in the merged stream (a plain tuple would read as a fate)."""
+
+    __slots__ = ("row",)
+
+    def __init__(self, row: LightRow) -> None:
+        self.row = row
+
+
+def _merged(fates: list[_Fate], light: list[LightRow]) -> Iterable[_Fate | _LightMark]:
+    """Both streams in creation order (at, id)."""
+    if not fates:
+        return (_LightMark(r) for r in light)
+    keyed: list[tuple[tuple[int, str], _Fate | _LightMark]] = [
+        ((r[AT], r[ID]), _LightMark(r)) for r in light
+    ]
+    keyed += [((f[F_AT], f[F_ID]), f) for f in fates]
+    return (item for _, item in sorted(keyed, key=itemgetter(0)))
 
 
 def build_summary(
@@ -328,29 +379,34 @@ def build_summary(
     """``records`` must already be limited to the window (``load_records(since=...)``)."""
     entries = [e for found in findings.values() for e in entries_of(found)]
     light = [e for e in entries if type(e) is tuple]
-    full = [e for e in entries if type(e) is not tuple]
+    full = [e for e in entries if isinstance(e, ClassifiedStep)]
     outcomes = continuation_outcomes(db, records.injections)
-    sessions = {e[SESSION] for e in light} | {i.step.session_id for i in full}  # type: ignore[union-attr]
+    sessions = {e[SESSION] for e in light} | {i.step.session_id for i in full}
     judge = _Judge(records, outcomes, _parents(db, sessions))
-    fates = [judge.judge(i) for i in full] + [judge.judge_light(r) for r in light]  # type: ignore[arg-type]
-    fates.sort(key=itemgetter(0, 1))  # (at_ms, step_id): creation order
-    newest: dict[tuple[str, str], _Fate] = {f[F_TURN]: f for f in fates}  # oldest first: last wins
-    turns = Counter(f[F_FATE] for f in newest.values())
-    why = Counter(f[F_WHY] for f in newest.values() if f[F_FATE] == "left_alone")
+    tallies = _Tallies(zone)
+    fates = sorted((judge.judge(i) for i in full), key=itemgetter(F_AT, F_ID))
+    light.sort(key=itemgetter(AT, ID))  # creation order (a turn is all light or all built)
+    for fate in _merged(fates, light):
+        if isinstance(fate, _LightMark):
+            judge.tally_light(fate.row, tallies)
+        else:
+            tallies.add(*fate)
+    turns = Counter(fate for fate, _ in tallies.newest.values())
+    why = Counter(reason for fate, reason in tallies.newest.values() if fate == "left_alone")
     actions: dict[str, Counter[str]] = defaultdict(Counter)
     for decision in records.decisions:
         actions[decision.action][decision.kind or "-"] += 1
-    models, kinds = _breakdowns(fates, records, outcomes)
+    models, kinds = _breakdowns(tallies, records)
     return Summary(
-        failed_steps=len(fates),
-        failed_turns=len(newest),
-        failed_sessions=len({f[F_SESSION] for f in fates}),
+        failed_steps=tallies.steps,
+        failed_turns=len(tallies.newest),
+        failed_sessions=len(tallies.sessions),
         turns={fate: turns[fate] for fate in FATES},
         left_alone={reason: why[reason] for reason in LEFT_ALONE},
         loops=dict(Counter(s.taken for s in repetition)),
         continuations=dict(Counter(outcomes[i.id].status for i in records.injections)),
         decisions={a: dict(sorted(k.items())) for a, k in sorted(actions.items())},
-        per_day=_per_day(fates, since, now, zone),
+        per_day=_per_day(tallies, since, now, zone),
         by_model=models,
         by_kind=kinds,
     )
