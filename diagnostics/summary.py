@@ -245,6 +245,37 @@ class _Judge:
         turn = (sid, self.turn_of_injected.get(parent) or parent)
         tallies.add(row[AT], row[ID], sid, facts[0], facts[1], turn, facts[2], facts[3])
 
+    def tally_all_light(self, rows: Sequence[LightRow], tallies: _Tallies) -> None:
+        """``tally_light`` then ``_Tallies.add`` for each row, in one loop (the usual case:
+        nothing built in full; a call per row was most of the summary's time)."""
+        light, parents, injected = self._light, self.parents, self.turn_of_injected
+        newest, sessions, days_failed = tallies.newest, tallies.sessions, tallies.days_failed
+        models, kinds, day_of = tallies.models, tallies.kinds, tallies.local.day
+        for row in rows:
+            sid, parent, at = row[SESSION], row[PARENT], row[AT]
+            key = (row[KIND], row[RETRYABLE], bool(parents.get(sid)), row[PROVIDER], row[MODEL])
+            assert sid not in self.of_session, "a session with decisions is built in full"
+            facts = light.get(key)
+            if facts is None:
+                kind = KINDS[row[KIND]]
+                model = f"{row[PROVIDER] or '-'}/{row[MODEL] or '-'}"
+                facts = light[key] = (model, str(kind), *self._without_decision(
+                    kind, row[RETRYABLE], sid))
+            model, kind_name, fate, why = facts
+            assert fate != "recovered"  # no decision: never recovered
+            sessions.add(sid)
+            newest[(sid, injected.get(parent) or parent)] = (fate, why)
+            days_failed[day_of(at)] += 1
+            counts = models.get(model)
+            if counts is None:
+                counts = models[model] = [(at, row[ID]), 0, 0]
+            counts[1] += 1
+            per_kind = kinds.get(kind_name)
+            if per_kind is None:
+                per_kind = kinds[kind_name] = [0, 0]
+            per_kind[0] += 1
+        tallies.steps += len(rows)
+
     def _without_decision(
         self, kind: Kind, retryable: bool, session_id: str
     ) -> tuple[str, str | None]:
@@ -386,11 +417,14 @@ def build_summary(
     tallies = _Tallies(zone)
     fates = sorted((judge.judge(i) for i in full), key=itemgetter(F_AT, F_ID))
     light.sort(key=itemgetter(AT, ID))  # creation order (a turn is all light or all built)
-    for fate in _merged(fates, light):
-        if isinstance(fate, _LightMark):
-            judge.tally_light(fate.row, tallies)
-        else:
-            tallies.add(*fate)
+    if fates:
+        for fate in _merged(fates, light):
+            if isinstance(fate, _LightMark):
+                judge.tally_light(fate.row, tallies)
+            else:
+                tallies.add(*fate)
+    else:
+        judge.tally_all_light(light, tallies)
     turns = Counter(fate for fate, _ in tallies.newest.values())
     why = Counter(reason for fate, reason in tallies.newest.values() if fate == "left_alone")
     actions: dict[str, Counter[str]] = defaultdict(Counter)
