@@ -383,7 +383,9 @@ def index_reports(limit: int = 20) -> dict[str, Callable[[OpenCodeDB, GroupMemo]
     return {
         "diagnose 0": diagnose(0),
         "diagnose 7": diagnose(7),
-        "trace 0": lambda db, memo: trace_json(build_trace(db, records, now=NOW, memo=memo)),
+        "trace 0": lambda db, memo: trace_json(
+            build_trace(db, records, now=NOW, memo=memo, rendered=True)  # as `trace --json`
+        ),
     }
 
 
@@ -400,6 +402,10 @@ def measure_index(path: Path, repeat: int, check: bool) -> dict[str, tuple[float
     for name, build in builds.items():
         results[f"index: {name}, later runs"] = timed(
             lambda b=build: indexed(path, state, b), repeat
+        )
+    for name in ("diagnose 0", "diagnose 7"):  # as if OpenCode had just written: the sync counts
+        results[f"index: {name}, DB just written"] = timed(
+            lambda b=builds[name]: (os.utime(path), indexed(path, state, b))[1], repeat
         )
     if check:
         for name, build in index_reports(limit=0).items():

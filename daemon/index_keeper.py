@@ -111,6 +111,6 @@ class IndexKeeper:
             now = self.now()
             build_diagnose(db, DaemonRecords(), now=now, days=0, bridge_path=_Path("/dev/null"),
                            runaway_steps=self.runaway_steps, memo=memo)
-            build_trace(db, DaemonRecords(), now=now, memo=memo)
+            build_trace(db, DaemonRecords(), now=now, memo=memo, rendered=True)  # for --json
         finally:
             db.close()

@@ -252,7 +252,8 @@ def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_in
             records = with_children(records, settings.store, db, sid, since)
         memo = index.memo if index else None
         report = build_trace(
-            db, records, now=now, since=since, days=days, session_id=sid, memo=memo
+            db, records, now=now, since=since, days=days, session_id=sid, memo=memo,
+            rendered=as_json,
         )
     save(index)
     click.echo(trace_json(report) if as_json else render_trace(report, Style.for_stream()))

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import gc
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,6 +58,14 @@ from opencode_autoretry.diagnostics.repetition_view import (
     repetition_stops,
     stop_json,
     stop_line,
+)
+from opencode_autoretry.diagnostics.session_digest import (
+    Entry,
+    LazyFindings,
+    Objects,
+    cast_full,
+    kind_of,
+    loop_of,
 )
 from opencode_autoretry.diagnostics.steps import (
     ABNORMAL_KINDS,
@@ -92,7 +100,7 @@ class DiagnoseReport:
     since: datetime | None
     now: datetime
     health: Health
-    findings: Mapping[Kind, tuple[ClassifiedStep, ...]]
+    findings: Mapping[Kind, Sequence[ClassifiedStep]]  # a LazyFindings on the index
     injections: Mapping[str, int]
     ownerless: tuple[str, ...]
     repetition: tuple[RepetitionStop, ...] = ()
@@ -120,21 +128,21 @@ def read_health(db: OpenCodeDB, records: DaemonRecords, bridge_path: Path) -> He
     )
 
 
-def _group(found: list[ClassifiedStep]) -> dict[Kind, tuple[ClassifiedStep, ...]]:
-    by_kind: dict[Kind, list[ClassifiedStep]] = {kind: [] for kind in ABNORMAL_KINDS}
+def _group(found: Iterable[Entry]) -> dict[Kind, list[Entry]]:
+    by_kind: dict[Kind, list[Entry]] = {kind: [] for kind in ABNORMAL_KINDS}
     looping: dict[tuple[str, str], int] = {}
     for item in found:
-        kind = item.verdict.kind
+        kind = kind_of(item)
         if kind not in by_kind:
             continue
         if kind is Kind.RUNAWAY:  # one row per loop: its newest step
-            key = (item.step.session_id, item.turn.id)
+            key = loop_of(item)
             if key in looping:
                 by_kind[kind][looping[key]] = item
                 continue
             looping[key] = len(by_kind[kind])
         by_kind[kind].append(item)
-    return {kind: tuple(items) for kind, items in by_kind.items()}
+    return by_kind
 
 
 #: Rows per message-scan batch: classification overlaps the reading of the next batches.
@@ -224,6 +232,14 @@ def build_diagnose(
     ``progress(done, total)`` is called as each scan batch is read; ``memo`` remembers
     classifications (the report index: ``indexed_db.py``; the same findings, sooner)."""
     since = window_start(now, days)
+    digested = getattr(memo, "findings", None)  # the report index's session digests
+    if digested is not None:
+        with paused_gc():  # ~10 000 light rows and fates: tuples the collector would walk
+            fast = digested(db, records, since=since, now=now, runaway_steps=runaway_steps)
+            if fast is not None:
+                entries, objects = fast
+                health_now = read_health(db, records, bridge_path)
+                return _report(db, records, days, since, now, health_now, entries, objects, zone)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
     with ThreadPoolExecutor(max_workers=SCAN_WORKERS) as pool, paused_gc():
@@ -252,14 +268,32 @@ def build_diagnose(
             db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True, memo=memo
         )
     found = relabel_daemon_aborts(found, records)
+    return _report(db, records, days, since, now, health.result(), found, None, zone)
+
+
+def _report(
+    db: OpenCodeDB,
+    records: DaemonRecords,
+    days: int,
+    since: datetime | None,
+    now: datetime,
+    health: Health,
+    found: Iterable[Entry],
+    objects: Objects | None,
+    zone: tzinfo | None,
+) -> DiagnoseReport:
     injections = [i for i in records.injections if since is None or i.created >= since]
-    findings = _group(found)
+    grouped = _group(found)
+    findings: dict[Kind, Sequence[ClassifiedStep]] = {
+        kind: LazyFindings(items, objects) if objects is not None else tuple(cast_full(items))
+        for kind, items in grouped.items()
+    }
     stops = tuple(s for s in repetition_stops(records) if since is None or s.decision.at >= since)
     return DiagnoseReport(
         days=days,
         since=since,
         now=now,
-        health=health.result(),
+        health=health,
         findings=findings,
         injections=dict(Counter(i.state for i in injections)),
         ownerless=tuple(records.ownerless_sessions()),
@@ -286,7 +320,7 @@ def _row_json(item: ClassifiedStep) -> dict[str, Any]:
 Row = TypeVar("Row")
 
 
-def _newest(items: tuple[Row, ...], limit: int) -> tuple[Row, ...]:
+def _newest(items: Sequence[Row], limit: int) -> Sequence[Row]:
     return items if limit <= 0 else items[-limit:]
 
 
@@ -371,7 +405,7 @@ def _health_lines(report: DiagnoseReport, style: Style) -> list[str]:
     ]
 
 
-def _section(kind: Kind, items: tuple[ClassifiedStep, ...], style: Style, limit: int) -> list[str]:
+def _section(kind: Kind, items: Sequence[ClassifiedStep], style: Style, limit: int) -> list[str]:
     if not items:
         return [f"{kind}: {style.good(OK + ' none')}"]
     lines = [f"{kind}: {style.warn(f'{WARN} {len(items)}')}"]

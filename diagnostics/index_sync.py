@@ -75,11 +75,53 @@ def stale_reason(meta: dict[str, str], db: IndexSource, counts: dict[str, int]) 
     return None
 
 
+#: The files must have been left alone this long before the last sync for a sync to trust
+#: that unchanged sizes and modification times mean unchanged contents (see ``untouched``).
+QUIET_NS = 2_000_000_000  # 2 s: file systems that keep mtimes to 1 or 2 s (FAT) too
+
+
+def files_signature(path: Path) -> str:
+    """Size and modification time (ns) of the DB file and of its write-ahead log."""
+    parts = []
+    for file in (path, path.with_name(path.name + "-wal")):
+        try:
+            stat = os.stat(file)
+            parts.append(f"{stat.st_size}:{stat.st_mtime_ns}")
+        except FileNotFoundError:
+            parts.append("-")
+    return " ".join(parts)
+
+
+def _newest_mtime_ns(signature: str) -> int:
+    return max((int(p.split(":")[1]) for p in signature.split() if p != "-"), default=0)
+
+
+def untouched(meta: dict[str, str], db: IndexSource, signature: str) -> bool:
+    """Whether nothing was written to OpenCode's DB since the last sync, so the index is
+    up to date as it is (no count, no write). Exact when the files had been quiet for
+    ``QUIET_NS`` when the last sync looked at them (``files_at``, taken *before* its read
+    snapshot): any later commit writes the DB or its WAL (SQLite writes with ``write``, not
+    through a mapping), and the kernel then stamps a modification time after that moment
+    (its coarse clock lags by a tick; a file system may round it to 2 s), so the signature
+    differs. A recent write, another file, or another index version: no."""
+    if meta.get("version") != INDEX_VERSION or meta.get("files") != signature:
+        return False
+    if meta.get("db_path") != str(db.path.resolve()):
+        return False
+    if (meta.get("dev"), meta.get("ino")) != _identity(db.path):
+        return False
+    seen_at = int(meta.get("files_at") or 0)
+    return seen_at - _newest_mtime_ns(signature) >= QUIET_NS
+
+
 def sync(
     index: StepIndex, db: IndexSource, *, progress: Progress | None = None, rebuild: bool = False
 ) -> SyncResult:
     """Update ``index`` from ``db`` (``rebuild``: from scratch, whatever it holds)."""
     started = time.perf_counter()
+    signature, seen_at = files_signature(db.path), time.time_ns()  # before the snapshot
+    if not rebuild and untouched(index.meta(), db, signature):
+        return SyncResult(None, 0, 0, 0, time.perf_counter() - started)
     index.conn.execute("BEGIN IMMEDIATE")  # one writer at a time (a report, the daemon)
     try:
         db.begin()
@@ -94,7 +136,8 @@ def sync(
             else:
                 news = _catch_up(index, db, meta, marks)
             reopened = _reread_open(index, db)
-            index.set_meta(_meta(db, marks, counts))
+            files = {"files": signature, "files_at": str(seen_at)}
+            index.set_meta(_meta(db, marks, counts) | files)
         finally:
             db.end()
         index.conn.execute("COMMIT")

@@ -20,9 +20,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from opencode_autoretry.diagnostics.memo_codec import decode, encode
+from opencode_autoretry.diagnostics.records import DaemonRecords
+from opencode_autoretry.diagnostics.session_digest import Entry, Objects
 from opencode_autoretry.diagnostics.step_index import CandidateRow, StepIndex
 from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows
 from opencode_autoretry.diagnostics.trace import Outcome, message_links
+from opencode_autoretry.diagnostics.trace_rows import Rendered, decode_rendered, encode_rendered
 from opencode_autoretry.models import Message, Turn, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import (
@@ -41,6 +44,8 @@ _SETTLE_MS = int(SETTLE.total_seconds() * 1000)
 MEMO_LIMIT = 500_000
 #: The prefix of trace's entries (one per continuation message).
 _LINKS = "links\0"
+#: The prefix of trace --json's rendered continuations (one per marked message).
+_RENDERED = "rendered\0"
 
 
 class StubData(dict[str, Any]):
@@ -93,6 +98,21 @@ class IndexedDB(IndexSource):
     def _mark(self, table: str) -> int:
         self._index()
         return int(self._meta.get(f"{table}_rowid", "0"))
+
+    # -- for digest_findings.py ----------------------------------------------------------------
+
+    def index(self) -> StepIndex:
+        return self._index()
+
+    def watermark(self, table: str) -> int:
+        """The last rowid of ``table`` the index has read (rows above: added since)."""
+        return self._mark(table)
+
+    def stub(self, row: CandidateRow) -> MessageRow:
+        return _stub(row)
+
+    def rows_by_id(self, message_ids: Sequence[str]) -> list[MessageRow]:
+        return self._rows_by_id(message_ids, at_once=True)
 
     def close(self) -> None:
         opened: StepIndex | None = getattr(self, "_opened_index", None)
@@ -163,6 +183,7 @@ class GroupMemo:
         self._entries: dict[str, tuple[str, int, int, bytes]] = {}
         self._links_read = False
         self._new: list[tuple[str, str, int, int, bytes]] = []
+        self._new_digests: list[tuple[str, str, int, int, bytes, bytes]] = []
         self.hits = 0
         self.misses = 0
 
@@ -210,6 +231,41 @@ class GroupMemo:
                 found += items
         found.sort(key=lambda c: (c.step.time_created, c.step.id))
         return found
+
+    def findings(
+        self,
+        db: OpenCodeDB,
+        records: DaemonRecords,
+        *,
+        since: datetime | None,
+        now: datetime,
+        runaway_steps: int,
+    ) -> tuple[list[Entry], Objects] | None:
+        """diagnose's findings from the session digests (None: ``db`` is no index reader)."""
+        if not isinstance(db, IndexedDB) or self._reader is None:
+            return None
+        from opencode_autoretry.diagnostics.digest_findings import digest_findings
+
+        return digest_findings(
+            db, self, records, since=since, now=now, runaway_steps=runaway_steps
+        )
+
+    def valid_digests(
+        self, digests: dict[str, tuple[int, int, bytes]], now: datetime
+    ) -> dict[str, bytes]:
+        """Of ``digests`` (session_id -> (gen, valid_from, blob)), the valid ones' blobs."""
+        now_ms, gens = to_epoch_ms(now), self._gens
+        return {
+            sid: blob
+            for sid, (gen, valid_from, blob) in digests.items()
+            if gen == gens.get(sid, 0) and valid_from <= now_ms
+        }
+
+    def keep_digest(
+        self, session_id: str, flags: str, valid_from: int, blob: bytes, heavy: bytes
+    ) -> None:
+        gen = self._gens.get(session_id, 0)
+        self._new_digests.append((session_id, flags, gen, valid_from, blob, heavy))
 
     def _read(self, keys: Sequence[str]) -> None:
         wanted = [k for k in keys if k not in self._entries]
@@ -272,10 +328,29 @@ class GroupMemo:
         self._keep(key, session_id, (kept, outcome), since, now)
         return trigger, outcome
 
+    def rendered(self, now: datetime) -> dict[str, tuple[Rendered, int | None]]:
+        """``trace --json``'s remembered continuations, valid at ``now`` (trace_rows.py)."""
+        if self._reader is None:
+            return {}
+        now_ms, found = to_epoch_ms(now), {}
+        for key, (sid, gen, valid_from, blob) in self._reader.memo_under(_RENDERED).items():
+            if gen == self._gens.get(sid, 0) and valid_from <= now_ms:
+                mid = key[len(_RENDERED) :]
+                found[mid] = decode_rendered(mid, blob)
+        return found
+
+    def keep_rendered(
+        self, item: Rendered, marker: int | None, valid_from: int, now: datetime
+    ) -> None:
+        key = f"{_RENDERED}{item.message_id}"
+        if to_epoch_ms(now) >= valid_from:
+            gen = self._gens.get(item.session_id, 0)
+            self._new.append((key, item.session_id, gen, valid_from, encode_rendered(item, marker)))
+
     def flush(self) -> None:
         """Write what was learnt (one transaction; a failure only loses the memo)."""
         self.close()
-        if not self._new:
+        if not self._new and not self._new_digests:
             return
         index = StepIndex.open(self.index_file)
         try:
@@ -283,10 +358,11 @@ class GroupMemo:
             if index.memo_count() + len(self._new) > MEMO_LIMIT:
                 index.drop_memo()
             index.put_memo(self._new)
+            index.put_digests(self._new_digests)
             index.conn.execute("COMMIT")
         finally:
             index.close()
-        self._new = []
+        self._new, self._new_digests = [], []
 
 
 def lean_step(item: ClassifiedStep, keep_parts: bool = False) -> ClassifiedStep:

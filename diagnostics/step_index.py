@@ -10,6 +10,8 @@ OpenCode's DB, and holds what the full scans of ``diagnose`` and ``trace`` would
 - ``session_gen``: a counter per session, bumped whenever a row of the session changes;
 - ``memo``: classifications (flat values, see ``memo_codec.py``) keyed by what they were computed
   from, valid while their session's counter is unchanged;
+- ``digest``: per session, what ``diagnose 0`` found in it, reduced to the values the reports
+  print and count (``session_digest.py``), voided with the session's counter like the memo;
 - ``meta``: the DB's identity (device, inode), the rowid watermarks and the id at each (a
   VACUUM that renumbered rows changes it), the row counts (rows deleted lower them).
 
@@ -25,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 #: Bump to make every existing index rebuild itself (its layout or meaning changed).
-INDEX_VERSION = "1"
+INDEX_VERSION = "2"  # 2: the per-session digests
 BUSY_TIMEOUT_S = 30.0
 #: Keys per ``IN (...)`` query (SQLite's default limit of variables is 32 766 since 3.32).
 _IN_CHUNK = 500
@@ -51,11 +53,17 @@ CREATE TABLE IF NOT EXISTS memo (
     key TEXT PRIMARY KEY, session_id TEXT NOT NULL, gen INTEGER NOT NULL,
     valid_from INTEGER NOT NULL, blob BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS memo_session ON memo (session_id);
+CREATE TABLE IF NOT EXISTS digest (
+    session_id TEXT NOT NULL, flags TEXT NOT NULL, gen INTEGER NOT NULL,
+    valid_from INTEGER NOT NULL, blob BLOB NOT NULL, heavy BLOB NOT NULL,
+    PRIMARY KEY (session_id, flags));
+CREATE INDEX IF NOT EXISTS candidate_session ON candidate (session_id, row);
+CREATE INDEX IF NOT EXISTS markup_session ON markup (session_id, row);
 """
 #: (rowid, id, session_id, time_created, role, parent as the scan groups it, parent as the
 #: classifier groups it, the row's JSON as the scan parsed it).
 CandidateRow = tuple[int, str, str, int, str, str, str, str]
-_TABLES = ("candidate", "markup", "marked", "open_row", "session_gen", "memo", "meta")
+_TABLES = ("candidate", "markup", "marked", "open_row", "session_gen", "memo", "digest", "meta")
 
 
 class IndexError_(Exception):
@@ -192,6 +200,7 @@ class StepIndex:
             sessions,
         )
         self.conn.executemany("DELETE FROM memo WHERE session_id = ?", sessions)
+        self.conn.executemany("DELETE FROM digest WHERE session_id = ?", sessions)
 
     def generations(self) -> dict[str, int]:
         return {s: g for s, g in self.conn.execute("SELECT session_id, gen FROM session_gen")}
@@ -233,3 +242,73 @@ class StepIndex:
 
     def drop_memo(self) -> None:
         self.conn.execute("DELETE FROM memo")
+        self.conn.execute("DELETE FROM digest")
+
+    # -- digests (session_digest.py) ---------------------------------------------------------
+
+    def digests(self, flags: str) -> dict[str, tuple[int, int, bytes]]:
+        """session_id -> (gen, valid_from, blob) of the digests made with ``flags``."""
+        sql = "SELECT session_id, gen, valid_from, blob FROM digest WHERE flags = ?"
+        return {s: (g, v, b) for s, g, v, b in self.conn.execute(sql, (flags,))}
+
+    def put_digests(self, entries: Iterable[tuple[str, str, int, int, bytes, bytes]]) -> None:
+        """(session_id, flags, gen, valid_from, blob, heavy) rows."""
+        self.conn.executemany(
+            "INSERT OR REPLACE INTO digest (session_id, flags, gen, valid_from, blob, heavy)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            entries,
+        )
+
+    def digest_objects(self, flags: str, sessions: Sequence[str]) -> dict[str, bytes]:
+        """The objects part of these sessions' digests (read only for the rows printed)."""
+        found: dict[str, bytes] = {}
+        for start in range(0, len(sessions), _IN_CHUNK):
+            chunk = sessions[start : start + _IN_CHUNK]
+            sql = (
+                "SELECT session_id, heavy FROM digest WHERE flags = ?"
+                f" AND session_id IN ({','.join('?' * len(chunk))})"
+            )
+            found.update(self.conn.execute(sql, (flags, *chunk)))
+        return found
+
+    def sessions_in(self, table: str, low: int, high: int, cut_ms: int) -> set[str]:
+        """Sessions with a row of ``table`` (candidate, markup) in ``[low, high)`` since the cut."""
+        assert table in ("candidate", "markup"), table
+        sql = (
+            f"SELECT DISTINCT session_id FROM {table}"
+            " WHERE row >= ? AND row < ? AND time_created >= ?"
+        )
+        return {r[0] for r in self.conn.execute(sql, (low, high, cut_ms))}
+
+    def candidates_of(
+        self, sessions: Sequence[str], low: int, high: int, cut_ms: int
+    ) -> list[CandidateRow]:
+        """``candidates`` of these sessions only, in rowid order."""
+        found: list[CandidateRow] = []
+        for start in range(0, len(sessions), _IN_CHUNK):
+            chunk = sessions[start : start + _IN_CHUNK]
+            sql = (
+                "SELECT row, id, session_id, time_created, role, parent, group_parent, data"
+                f" FROM candidate WHERE session_id IN ({','.join('?' * len(chunk))})"
+                " AND row >= ? AND row < ? AND time_created >= ?"
+            )
+            found += self.conn.execute(sql, (*chunk, low, high, cut_ms)).fetchall()
+        found.sort()
+        return found
+
+    def hits_of(
+        self, table: str, sessions: Sequence[str], low: int, high: int, cut_ms: int
+    ) -> list[tuple[int, str, str, int]]:
+        """(row, message_id, session_id, time_created) of these sessions' hits, by row."""
+        assert table in ("markup", "marked"), table
+        found: list[tuple[int, str, str, int]] = []
+        for start in range(0, len(sessions), _IN_CHUNK):
+            chunk = sessions[start : start + _IN_CHUNK]
+            sql = (
+                f"SELECT row, message_id, session_id, time_created FROM {table}"
+                f" WHERE session_id IN ({','.join('?' * len(chunk))})"
+                " AND row >= ? AND row < ? AND time_created >= ?"
+            )
+            found += self.conn.execute(sql, (*chunk, low, high, cut_ms)).fetchall()
+        found.sort()
+        return found

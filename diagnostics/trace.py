@@ -80,6 +80,14 @@ from opencode_autoretry.diagnostics.todo_view import (
     todo_json,
     todo_lines,
 )
+from opencode_autoretry.diagnostics.trace_rows import (
+    PLACEHOLDER,
+    Rendered,
+    render_item,
+    reusable,
+    splice,
+    with_rendered,
+)
 from opencode_autoretry.fallback import switch_of
 from opencode_autoretry.models import Kind, Message, PartType, Role
 from opencode_autoretry.notify_store import (
@@ -116,7 +124,7 @@ class TraceReport:
     days: int | None
     session_id: str | None
     since: datetime | None
-    continuations: tuple[Continuation, ...]
+    continuations: tuple[Continuation, ...]  # trace_rows.Rendered too, when ``rendered``
     declined: tuple[DecisionRecord, ...]
     repetition: tuple[tuple[RepetitionStop, LoopOutcome], ...] = ()
     trims: tuple[TrimRecord, ...] = ()
@@ -212,21 +220,32 @@ def build_trace(
     days: int | None = None,
     session_id: str | None = None,
     memo: LinkMemo | None = None,
+    rendered: bool = False,
 ) -> TraceReport:
     """``records`` must already be limited to the same session / window; ``memo``
-    remembers each continuation's trigger and outcome (the report index)."""
-    marked = db.messages_by_id(db.marker_message_ids(since, session_id))
-    by_injection = {_marker_injection_id(m): m for m in marked if m.role is Role.USER}
+    remembers each continuation's trigger and outcome (the report index), and with
+    ``rendered`` (the report is for ``trace_json`` only) its JSON (trace_rows.py)."""
+    ids = db.marker_message_ids(since, session_id)
     injections = [i for i in records.injections if session_id in (None, i.session_id)]
     confirmed = {i.message_id for i in injections if i.message_id}
-    found = [
+    known = {i.id for i in injections}
+    decided = {d.session_id for d in records.decisions}
+    kept = getattr(memo, "rendered", None) if rendered and session_id is None else None
+    reused = reusable(kept(now), set(ids), decided, confirmed, known) if kept else {}
+    marked = db.messages_by_id([i for i in ids if i not in reused] if reused else ids)
+    by_injection = {_marker_injection_id(m): m for m in marked if m.role is Role.USER}
+    found: list[Any] = [
         _continuation(db, records, i, _delivered(db, marked, by_injection, i), now, memo)
         for i in injections
     ]
-    known = {i.id for i in injections}
-    for message in marked:
-        if message.id not in confirmed and _marker_injection_id(message) not in known:
-            found.append(_continuation(db, records, None, message, now, memo))
+    tail = [
+        _continuation(db, records, None, message, now, memo)
+        for message in marked
+        if message.id not in confirmed and _marker_injection_id(message) not in known
+    ]
+    if kept:
+        tail = with_rendered(tail, reused, memo, _continuation_json, decided, now)  # type: ignore[arg-type]
+    found += tail
     found.sort(key=lambda c: c.time)
     declined = tuple(
         d
@@ -290,7 +309,7 @@ def trace_json(report: TraceReport) -> str:
         "days": report.days,
         "session_id": report.session_id,
         "since": iso(report.since),
-        "continuations": [_continuation_json(c) for c in report.continuations],
+        "continuations": PLACEHOLDER,
         "declined": [
             {
                 "time": iso(d.at),
@@ -312,7 +331,11 @@ def trace_json(report: TraceReport) -> str:
         "subagent_aborts": [abort_json(a) for a in report.subagents],  # issue 9
         "notifications": [notification_json(n) for n in report.notifications],
     }
-    return dump_json("trace", body)
+    items = [
+        c.text if isinstance(c, Rendered) else render_item(_continuation_json(c))
+        for c in report.continuations
+    ]
+    return splice(dump_json("trace", body), items)
 
 
 def _outcome_json(outcome: Outcome | LoopOutcome) -> dict[str, Any]:

@@ -92,9 +92,10 @@ class IndexSource(OpenCodeDB):
         return int(self._scalar(f"SELECT count(*) FROM {table} WHERE rowid > ?", (rowid,)) or 0)
 
     def sessions_after(self, table: str, rowid: int) -> set[str]:
-        """Sessions with a row of ``table`` above ``rowid`` (a rowid range: no scan)."""
+        """Sessions with a row of ``table`` above ``rowid`` (a rowid range: no scan; with
+        ``DISTINCT`` SQLite walked the whole session index instead: 0.15 s at 1 M)."""
         assert table in _TABLES, table
-        sql = f"SELECT DISTINCT session_id FROM {table} WHERE rowid > ?"
+        sql = f"SELECT session_id FROM {table} WHERE rowid > ?"
         return {str(r[0]) for r in self._rows(sql, (rowid,))}
 
     def candidates_in(self, low: int, high: int) -> list[tuple[int, MessageRow]]:

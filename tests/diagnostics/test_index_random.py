@@ -49,8 +49,10 @@ def reports(db: OpenCodeDB, now: datetime, memo: object = None) -> list[str]:
     week = now - timedelta(days=7)
     return [
         *found,
-        trace_json(build_trace(db, RECORDS, now=now, memo=memo)),  # type: ignore[arg-type]
-        trace_json(build_trace(db, RECORDS, now=now, since=week, days=7, memo=memo)),  # type: ignore[arg-type]
+        trace_json(build_trace(db, RECORDS, now=now, memo=memo, rendered=True)),  # type: ignore[arg-type]
+        trace_json(
+            build_trace(db, RECORDS, now=now, since=week, days=7, memo=memo, rendered=True)  # type: ignore[arg-type]
+        ),
     ]
 
 
