@@ -30,7 +30,7 @@ from soak_chaos import SocketProxy
 from soak_checks import Observed, Violation, check, figures, table
 from soak_observe import budget_limits, provider_continuations, read_opencode, read_store
 from soak_plan import draw, menu
-from soak_turns import Lane, Process, Soaking, play
+from soak_turns import Lane, Process, Soaking, play, warm_up
 
 from opencode_autoretry.policy import load_policy
 from opencode_autoretry.settings import resolve
@@ -83,6 +83,7 @@ class Soak:
         self.problems: list[Violation] = []  # harness-level: a turn that never settled...
         self.exits: list[int] = []
         self.deadline = 0.0
+        self.soaking: Soaking | None = None
         self._lock = threading.Lock()
 
     # ----------------------------------------------------------------- set-up
@@ -165,6 +166,8 @@ class Soak:
         try:
             process.server.stop()
             process.server = self._start_server(process.socket)
+            if self.soaking is not None:
+                warm_up(self.soaking, process)  # a restarted OpenCode is a fresh one
             self.chaos["OpenCode restarts survived"] += 1
         finally:
             process.gate.release()
@@ -182,6 +185,9 @@ class Soak:
             lanes = self._set_up()
             soaking = Soaking(self.daemon, self.provider, self.home.data_dir / "opencode.db",
                               STALL_TIMEOUT)
+            self.soaking = soaking
+            for process in self.processes:
+                warm_up(soaking, process)
             began = time.monotonic()
             self.deadline = began + self.options.seconds
             threads = [threading.Thread(target=self._lane, args=(lane, soaking), daemon=True)

@@ -132,7 +132,7 @@ def _left_alone_logged(soak: Soaking, session: str, after: int) -> bool:
     return any(needle in line and "left alone" in line for line in soak.daemon.lines()[after:])
 
 
-def _switch(soak: Soaking, lane: Lane, on: bool) -> None:
+def switch(soak: Soaking, lane: Lane, on: bool) -> None:
     """`/autoretry on|off here`, repeated until the daemon's store shows it (a command sent
     while the daemon is down is answered by the bridge alone and changes nothing)."""
     word = "on" if on else "off"
@@ -183,10 +183,22 @@ def _write_in_backoff(soak: Soaking, lane: Lane, tag: str) -> None:
     settle(soak, lane, follow, healthy)
 
 
+def warm_up(soak: Soaking, process: Process) -> None:
+    """One plain turn of ``process`` in a session of its own, switched off, before its lanes
+    play: a fresh OpenCode's first turn can sit busy past the soak's stall_timeout (it loads
+    the provider's SDK; found on 1.17.11 in CI, where every lane's first turn was taken for a
+    stall). In a switched-off session the daemon only records it, and it is no soak session."""
+    server = process.server
+    warm = Lane(-1, server.create_session(title="soak warm-up")["id"], process)
+    switch(soak, warm, on=False)
+    server.prompt_async(warm.session, "Say hello")
+    server.wait_idle(warm.session, SETTLE_S)
+
+
 def play(soak: Soaking, lane: Lane, tag: str, fault: Fault) -> None:
     """One turn, from its prompt until it has settled."""
     if fault.how is How.OFF:
-        _switch(soak, lane, on=False)
+        switch(soak, lane, on=False)
     soak.planned(tag, lane.session, fault)
     events_before = len(lane.process.server.events.all())
     lane.process.server.prompt_async(lane.session, prompt_text(tag, fault))
@@ -198,4 +210,4 @@ def play(soak: Soaking, lane: Lane, tag: str, fault: Fault) -> None:
         _write_in_backoff(soak, lane, tag)
     settle(soak, lane, tag, fault)
     if fault.how is How.OFF:
-        _switch(soak, lane, on=True)
+        switch(soak, lane, on=True)
