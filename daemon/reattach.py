@@ -9,8 +9,9 @@ waiting on a permission or a question looked idle until its next event.
 
 So each named session becomes this connection's, unless another live bridge owns it, with
 the status (busy / retry / idle) and the open asks the bridge reports. What was running is
-not restored: a session restored busy keeps no progress clock (``last_activity``), so a tool
-running quietly through the reconnect is never taken for a stall; its next event starts one.
+not restored: a session restored busy after a restart keeps no progress clock
+(``last_activity``), so a tool running quietly through it is never taken for a stall; its next
+event starts one. After a socket cut, a session the daemon saw busy gets a clock from the hello.
 Whether a named session is judged again is the gap review's business (``GapReview``).
 """
 
@@ -53,10 +54,14 @@ def adopt_named(sessions: Sessions, conn_id: str, hello: Hello, live: Container[
 def restore(view: SessionView, state: SessionState, now: datetime) -> None:
     """The live state as the bridge last saw it (a status it never saw stays unknown)."""
     view.status = state.status
-    # The clock the connection ran is void too (soak, issue 11: a session still busy when a
+    # The clock the cut connection ran is void (soak, issue 11: a session still busy when a
     # socket cut healed kept the time of its last event from before the cut, and its next
-    # stall check took the reconnect's seconds for a stall). The next event starts a new one.
-    view.last_activity = None
+    # stall check took the reconnect's seconds for a stall). A session this daemon saw busy
+    # gets a new clock from the hello, so a stall through the cut is still found; one it
+    # never saw (a restarted daemon) keeps none until its next event, so a tool running
+    # quietly through a restart is never taken for a stall.
+    saw_it_busy = view.last_activity is not None
+    view.last_activity = now if state.status == "busy" and saw_it_busy else None
     view.retry_next = _retry_at(state, now) if state.status == "retry" else None
     view.permissions = set(state.permissions)
     view.questions = set(state.questions)

@@ -78,7 +78,6 @@ class Sessions:
         for view in orphaned:
             view.owner = None
             view.status = None
-            view.last_activity = None  # its clock ran on that connection's events
             view.tools_running.clear()
             view.permissions.clear()
             view.questions.clear()

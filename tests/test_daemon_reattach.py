@@ -405,3 +405,22 @@ def test_a_users_abort_after_our_continuation_ran_stays_the_users(tmp_path):
     h.advance(1)
     assert [d.kind for d in h.store.decisions(sid)] == ["stall", "user_abort"]
     assert len(h.prompts()) == 1
+
+
+def test_a_stall_whose_silence_spans_a_socket_cut_is_still_found(tmp_path):
+    """Found by the 1.17 soak in a two-worker run: the stream went silent, the socket was cut
+    and healed, and no stall was ever decided (OpenCode ended the turn itself 30 s later)."""
+    h = Harness(tmp_path)
+    hello(h, {})
+    sid, user = h.busy_turn()
+    h.rows.assistant(sid, user, finish=None, text="", completed=False)
+    h.rows.commit()
+    h.advance(2)
+    h.closed()
+    h.advance(1)
+    hello(h, {sid: {"status": "busy"}}, conn="b2")
+    h.advance(h.settings.stall_timeout - 1)
+    assert h.bridge.of(protocol.Abort) == []  # the clock started again at the hello
+    h.advance(2)
+    assert len(h.bridge.of(protocol.Abort)) == 1
+    assert [d.kind for d in h.store.decisions(sid)] == ["stall"]
