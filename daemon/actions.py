@@ -236,6 +236,8 @@ class Actions:
         if not self._bridge.send(owner, prompt):
             return self._unsent(injection, now)
         self.pending.pop(injection.session_id, None)
+        log.info("injection %s %s sent as %s to %s", injection.id, injection.session_id,
+                 request_id, owner)
         self.log_line(injection.session_id, f"autoretry sent {injection.text!r}")
         return Outcome(True, "sent")
 
@@ -244,6 +246,8 @@ class Actions:
         for injection in self.store.open_injections():
             if injection.id == injection_id:
                 self.store.mark_confirmed(injection_id, now, message_id)
+                log.info("injection %s %s confirmed: %s", injection_id, injection.session_id,
+                         message_id)
                 self._timers.cancel(injection_id)
                 self.pending.pop(injection.session_id, None)
                 return True
@@ -270,7 +274,8 @@ class Actions:
             self._close(injection, now, why, failed=True)
         else:
             self.store.mark_unsent(injection.id, why)
-            log.info("injection %s %s; it waits for its session's owner", injection.id, why)
+            log.info("injection %s %s %s; it waits for its session's owner", injection.id,
+                     injection.session_id, why)
         return Outcome(False, "bridge connection lost")
 
     def never_arrived(self, injection: InjectionRecord, now: datetime) -> None:
@@ -284,7 +289,8 @@ class Actions:
             self.store.mark_cancelled(injection.id, now, why)
         self._timers.cancel(injection.id)
         self.pending.pop(injection.session_id, None)
-        log.info("injection %s %s: %s", injection.id, "failed" if failed else "cancelled", why)
+        log.info("injection %s %s %s: %s", injection.id, injection.session_id,
+                 "failed" if failed else "cancelled", why)
 
     def on_ack(self, request_id: str, ok: bool, error: str | None, now: datetime) -> None:
         kind, injection_id = self._requests.pop(request_id, ("", None))
@@ -450,6 +456,8 @@ class Recovery:
                 continue
             if not self._confirm_from_db(injection, now):
                 self._store.mark_failed(injection.id, now, "sent but never seen in OpenCode")
+                log.info("injection %s %s failed: sent but never seen in OpenCode",
+                         injection.id, injection.session_id)
 
     def apply_switch(self, now: datetime) -> None:
         """``autoretry off`` (from the CLI, in the store) cancels every waiting retry."""
