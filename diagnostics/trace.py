@@ -83,6 +83,7 @@ from opencode_autoretry.diagnostics.todo_view import (
 from opencode_autoretry.diagnostics.trace_rows import (
     PLACEHOLDER,
     Rendered,
+    marker_of,
     render_item,
     reusable,
     splice,
@@ -160,14 +161,6 @@ def undelivered(injection: InjectionRecord) -> Outcome:
     return Outcome("pending", f"… pending ({injection.state})")
 
 
-def _marker_injection_id(message: Message) -> int | None:
-    marker = message.marker or {}
-    try:
-        return int(str(marker.get("injection")))
-    except ValueError:
-        return None
-
-
 class LinkMemo(Protocol):
     """Remembers ``message_links`` (the report index: diagnostics/indexed_db.py)."""
 
@@ -233,7 +226,7 @@ def build_trace(
     kept = getattr(memo, "rendered", None) if rendered and session_id is None else None
     reused = reusable(kept(now), set(ids), decided, confirmed, known) if kept else {}
     marked = db.messages_by_id([i for i in ids if i not in reused] if reused else ids)
-    by_injection = {_marker_injection_id(m): m for m in marked if m.role is Role.USER}
+    by_injection = {marker_of(m): m for m in marked if m.role is Role.USER}
     found: list[Any] = [
         _continuation(db, records, i, _delivered(db, marked, by_injection, i), now, memo)
         for i in injections
@@ -241,7 +234,7 @@ def build_trace(
     tail = [
         _continuation(db, records, None, message, now, memo)
         for message in marked
-        if message.id not in confirmed and _marker_injection_id(message) not in known
+        if message.id not in confirmed and marker_of(message) not in known
     ]
     if kept:
         tail = with_rendered(tail, reused, memo, _continuation_json, decided, now)  # type: ignore[arg-type]

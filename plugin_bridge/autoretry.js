@@ -15,7 +15,7 @@ import net from "node:net"
 
 import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./autoretry/history.js"
 import {
-  BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
+  BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, LATE_REPLY_MS, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
   LineBuffer, processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath,
   trimEvent, WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer,
   isExecRun, markContinuation, pendingExecMarker, PromptBook, SessionBook,
@@ -77,6 +77,7 @@ export class Bridge {
     this.unknown = 0
     this.buffer = new LineBuffer(MAX_LINE_BYTES)
     this.pending = new Map()
+    this.readyWaiters = new Set()
     this.nextCommand = 1
     this.closed = false
     this.flushPending = false
@@ -129,6 +130,7 @@ export class Bridge {
       this.queue.unshift(encodeMessage("hello", hello), "control")
       this.ready = true
       this.flush()
+      this.wakeReadyWaiters(true)
     } catch {}
   }
 
@@ -152,6 +154,7 @@ export class Bridge {
     this.deltas.drop()
     for (const [, waiter] of this.pending) waiter(null)
     this.pending.clear()
+    this.wakeReadyWaiters(false)
     this.scheduleReconnect()
   }
 
@@ -316,16 +319,31 @@ export class Bridge {
   }
 
   // Asks the daemon about "/autoretry ..."; resolves to the reply, or null (down / timeout).
-  askCommand(input) {
-    if (!this.connected) return Promise.resolve(null)
+  // A reply that comes after the command's wait is handed to `onLate` (a daemon loop held up
+  // on a loaded machine still carries the command out: the user is told what it did).
+  // A command typed while the first connection is still being made (OpenCode just started)
+  // waits for it: the daemon is not "down" then.
+  async askCommand(input, onLate = null) {
+    if (!(await this.whenReady(COMMAND_TIMEOUT_MS))) return null
     const id = `c-${process.pid}-${this.nextCommand++}`
     return new Promise((resolve) => {
-      const timer = setTimeout(() => finish(null), COMMAND_TIMEOUT_MS)
-      timer.unref?.()
-      const finish = (reply) => {
+      let waiting = true
+      const forget = () => {
         clearTimeout(timer)
         this.pending.delete(id)
-        resolve(reply)
+      }
+      const timer = setTimeout(() => {
+        waiting = false
+        resolve(null)
+        if (!onLate) return forget()
+        const late = setTimeout(forget, LATE_REPLY_MS)
+        late.unref?.()
+      }, COMMAND_TIMEOUT_MS)
+      timer.unref?.()
+      const finish = (reply) => {
+        forget()
+        if (waiting) resolve(reply)
+        else if (reply) onLate(reply)
       }
       this.pending.set(id, finish)
       if (!this.send("command", { id, session_id: input?.sessionID ?? null, name: "autoretry", arguments: String(input?.arguments ?? "") }))
@@ -333,8 +351,30 @@ export class Bridge {
     })
   }
 
+  // True once the hello is queued; false at once when no connection attempt is in flight,
+  // or when the one in flight fails or takes longer than `ms`.
+  whenReady(ms) {
+    if (this.ready) return Promise.resolve(true)
+    if (!this.socket) return Promise.resolve(false)
+    return new Promise((resolve) => {
+      const done = (ok) => {
+        clearTimeout(timer)
+        this.readyWaiters.delete(done)
+        resolve(ok)
+      }
+      const timer = setTimeout(() => done(false), ms)
+      timer.unref?.()
+      this.readyWaiters.add(done)
+    })
+  }
+
+  wakeReadyWaiters(ok) {
+    for (const waiter of [...this.readyWaiters]) waiter(ok)
+  }
+
   close() {
     this.closed = true
+    this.wakeReadyWaiters(false)
     clearInterval(this.statsTimer)
     if (this.timer) clearTimeout(this.timer)
     try {
@@ -354,17 +394,18 @@ function describeError(error) {
 export const DAEMON_DOWN_MESSAGE = "autoretry daemon is not running: start it with `autoretry run` (or `systemctl --user start opencode-autoretry`)."
 export const HANDLED_MESSAGE = "autoretry: command handled by the autoretry plugin (no model call)"
 
+export const SLOW_DAEMON_MESSAGE = "autoretry: the daemon has not answered yet; its answer follows"
+
 async function handleAutoretryCommand(bridge, input) {
+  const show = (body) => withTimeout(bridge.client.tui.showToast({ body }), 2000, "toast").catch(() => {})
+  const asReply = (reply) => ({ title: reply.title ?? "autoretry", message: reply.message, variant: reply.variant ?? "info" })
   let reply = null
   try {
-    reply = await bridge.askCommand(input)
+    reply = await bridge.askCommand(input, (late) => show(asReply(late)))
   } catch {}
-  const body = reply
-    ? { title: reply.title ?? "autoretry", message: reply.message, variant: reply.variant ?? "info" }
-    : { title: "autoretry", message: DAEMON_DOWN_MESSAGE, variant: "warning" }
-  try {
-    await withTimeout(bridge.client.tui.showToast({ body }), 2000, "toast")
-  } catch {}
+  if (reply) return show(asReply(reply))
+  const message = bridge.connected ? SLOW_DAEMON_MESSAGE : DAEMON_DOWN_MESSAGE
+  return show({ title: "autoretry", message, variant: "warning" })
 }
 
 export const AutoretryBridge = async (input) => {

@@ -71,3 +71,47 @@ def test_the_gate_drains_turns_before_a_restart():
     assert not entered.wait(0.1)  # held: new turns wait
     gate.release()
     assert entered.wait(5)
+
+
+def test_a_swallowed_line_is_lost_whole_after_the_lines_before_it():
+    directory = Path(tempfile.mkdtemp(prefix="ar-proxy-", dir="/tmp"))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(directory / "up.sock"))
+    server.listen(1)
+    proxy = SocketProxy(directory / "proxy.sock", directory / "up.sock").start()
+    try:
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(proxy.listen))
+        daemon, _ = server.accept()
+        proxy.swallow(b'"type":"prompt"')
+        daemon.sendall(b'{"type":"toast"}\n{"type":"prompt","id":"r-1"}\n{"type":"log"}\n')
+        assert proxy.wait_swallowed(1, 10)
+        received = b""
+        while data := client.recv(4096):
+            received += data
+        assert received == b'{"type":"toast"}\n' and proxy.swallowed == 1
+    finally:
+        proxy.close()
+        server.close()
+
+
+def test_a_refusing_proxy_turns_connections_away_until_it_admits_them():
+    directory = Path(tempfile.mkdtemp(prefix="ar-proxy-", dir="/tmp"))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(directory / "up.sock"))
+    server.listen(4)
+    proxy = SocketProxy(directory / "proxy.sock", directory / "up.sock").start()
+    try:
+        proxy.refuse()
+        refused = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        refused.connect(str(proxy.listen))
+        assert refused.recv(16) == b"" and proxy.connections == 0
+        proxy.admit()
+        admitted = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        admitted.connect(str(proxy.listen))
+        daemon, _ = server.accept()
+        daemon.sendall(b"hi\n")
+        assert admitted.recv(16) == b"hi\n" and proxy.connections == 1
+    finally:
+        proxy.close()
+        server.close()

@@ -13,7 +13,8 @@ export const QUEUE_LIMIT = 8 * 1024 * 1024 // chars of queued lines (~8 MB)
 export const TOOL_OUTPUT_KEEP = 2000
 export const TEXT_KEEP = 500
 export const WRITE_BATCH = 256 * 1024 // chars per socket write
-export const COMMAND_TIMEOUT_MS = 1000
+export const COMMAND_TIMEOUT_MS = 1000 // the command waits this long for the daemon's reply
+export const LATE_REPLY_MS = 30000 // a reply after that is still toasted, until this long
 export const REQUEST_TIMEOUT_MS = 10000
 export const FORWARDED_EVENTS = new Set([
   "session.status", "session.idle", "session.error", "session.created", "session.updated",

@@ -51,8 +51,9 @@ class DaemonProcess:
         self._lines: list[str] = []
         self._cond = threading.Condition()
 
-    def start(self, timeout: float = 30.0) -> DaemonProcess:
-        env = {
+    def env(self) -> dict[str, str]:
+        """The environment of this daemon, for it and for CLI calls about its store."""
+        return {
             **{k: v for k, v in os.environ.items() if not k.startswith(("AUTORETRY_", "XDG_"))},
             "AUTORETRY_HOME": str(self.home),
             "AUTORETRY_SOCKET": str(self.socket),
@@ -60,9 +61,17 @@ class DaemonProcess:
             "OPENCODE_DB": str(self.opencode_db),
             "AUTORETRY_TICK_INTERVAL": "0.2",
         }
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``autoretry ARGS`` on this daemon's store; a non-zero exit fails the test."""
+        return subprocess.run([sys.executable, "-m", "opencode_autoretry.cli", *args],
+                              env=self.env(), capture_output=True, text=True, timeout=60,
+                              check=True)
+
+    def start(self, timeout: float = 30.0) -> DaemonProcess:
         self.process = subprocess.Popen(
             [sys.executable, "-m", "opencode_autoretry.cli", "run", "--foreground", "--verbose"],
-            env=env,
+            env=self.env(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -278,9 +278,17 @@ class EventLog:
                         return event
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    seen = [e.get("type") for e in self._events][-40:]
+                    seen = [_described(e) for e in self._events][-40:]
                     raise AssertionError(f"no event {what} within {timeout}s; last seen: {seen}")
                 self._cond.wait(left)
+
+
+def _described(event: dict[str, Any]) -> str:
+    """An event's type, with a toast's message: what a failed toast wait is read from."""
+    kind = str(event.get("type"))
+    if kind == "tui.toast.show":
+        return f"{kind}: {event.get('properties', {}).get('message', '')}"
+    return kind
 
 
 def _read_sse(response: Any, log: EventLog) -> None:

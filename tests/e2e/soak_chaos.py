@@ -4,6 +4,9 @@
   daemon. ``cut()`` makes the next chunk in either direction go through only in part — cut
   inside a line — and then closes both ends, as a dying connection would: the daemon sees a
   partial line, the bridge a closed socket, and it reconnects with its own backoff.
+  ``swallow(needle)`` loses the whole daemon-to-bridge line holding ``needle`` and closes both
+  ends (the daemon's write succeeded, the bridge never read it); ``refuse()`` turns new
+  connections away until ``admit()``, as a daemon that is down would.
 - ``Gate``: lets the soak restart one OpenCode process between turns: ``hold()`` waits until
   no turn of that process is in flight and keeps new ones out until ``release()``.
 """
@@ -36,7 +39,10 @@ class SocketProxy:
         self._armed = threading.Event()
         self._cond = threading.Condition()
         self.cuts = 0
+        self.swallowed = 0
         self.connections = 0
+        self._needle: bytes | None = None
+        self._refusing = False
         self._closed = False
 
     def start(self) -> SocketProxy:
@@ -55,6 +61,21 @@ class SocketProxy:
             self._armed.set()
             return self._cond.wait_for(lambda: self.cuts > before, timeout)
 
+    def swallow(self, needle: bytes) -> None:
+        """Arm: the next daemon-to-bridge line holding ``needle`` is lost and both ends close."""
+        with self._cond:
+            self._needle = needle
+
+    def wait_swallowed(self, count: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.swallowed >= count, timeout)
+
+    def refuse(self) -> None:
+        self._refusing = True
+
+    def admit(self) -> None:
+        self._refusing = False
+
     def _accept(self) -> None:
         while not self._closed:
             try:
@@ -63,21 +84,25 @@ class SocketProxy:
                 return
             up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
+                if self._refusing:
+                    raise ConnectionRefusedError
                 up.connect(str(self.upstream))
             except OSError:  # the daemon is down: refuse, as its own socket would
                 down.close()
                 up.close()
                 continue
             self.connections += 1
-            for src, dst in ((down, up), (up, down)):
-                threading.Thread(target=self._pump, args=(src, dst, (down, up)),
+            for src, dst, to_bridge in ((down, up, False), (up, down, True)):
+                threading.Thread(target=self._pump, args=(src, dst, (down, up), to_bridge),
                                  daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket,
-              pair: tuple[socket.socket, ...]) -> None:
+              pair: tuple[socket.socket, ...], to_bridge: bool) -> None:
         try:
             while chunk := src.recv(CHUNK):
                 if self._armed.is_set() and self._cut(chunk, dst, pair):
+                    return
+                if to_bridge and self._needle is not None and self._swallow(chunk, dst, pair):
                     return
                 dst.sendall(chunk)
         except OSError:
@@ -95,6 +120,20 @@ class SocketProxy:
         self._close(pair)
         with self._cond:
             self.cuts += 1
+            self._cond.notify_all()
+        return True
+
+    def _swallow(self, chunk: bytes, dst: socket.socket, pair: tuple[socket.socket, ...]) -> bool:
+        with self._cond:
+            at = chunk.find(self._needle) if self._needle is not None else -1
+            if at < 0:
+                return False
+            self._needle = None
+        with contextlib.suppress(OSError):  # the lines before it arrive; it and the rest do not
+            dst.sendall(chunk[: chunk.rfind(b"\n", 0, at) + 1])
+        self._close(pair)
+        with self._cond:
+            self.swallowed += 1
             self._cond.notify_all()
         return True
 

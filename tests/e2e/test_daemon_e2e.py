@@ -299,23 +299,26 @@ def test_s2_stream_reset_waits_for_opencodes_own_retries(provider, daemon, start
     assert len(injected(server, session)) == 1
 
 
+RETRY_AFTER_S = 3.0  # OpenCode waits it out 5 times before the daemon may continue
+
+
 @pytest.mark.long
 @pytest.mark.opencode("gives_up")
 def test_s7_rate_limit_continue_waits_for_retry_after(provider, daemon, start_opencode):
     d = daemon()
     server = connect(start_opencode, d)
-    provider.script(["http429:7"] * 6)
+    provider.script([f"http429:{RETRY_AFTER_S:g}"] * 6)  # > FAST_CONFIG's 1 s delay
     session = server.create_session()["id"]
     server.prompt_async(session, "Say hello")
 
     sixth = provider.wait_for_requests(6, 90)[5]
     seventh = provider.wait_for_requests(7, TURN)[6]
     assert seventh.last_user_text.startswith("Continue.")
-    assert seventh.at - sixth.at >= 7.0, seventh.at - sixth.at
+    assert seventh.at - sixth.at >= RETRY_AFTER_S, seventh.at - sixth.at
     confirmed(d, session)
     [decision] = decisions(d, session)
     assert decision.kind == "rate_limit" and decision.due is not None
-    assert (decision.due - decision.at).total_seconds() >= 7.0
+    assert (decision.due - decision.at).total_seconds() >= RETRY_AFTER_S
 
 
 @pytest.mark.opencode("gives_up")

@@ -6,7 +6,7 @@ import os from "node:os"
 import path from "node:path"
 import { after, test } from "node:test"
 
-import { AutoretryBridge, Bridge, DAEMON_DOWN_MESSAGE, HANDLED_MESSAGE } from "../../plugin_bridge/autoretry.js"
+import { AutoretryBridge, Bridge, DAEMON_DOWN_MESSAGE, HANDLED_MESSAGE, SLOW_DAEMON_MESSAGE } from "../../plugin_bridge/autoretry.js"
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "ar-js-"))
 after(() => fs.rmSync(dir, { recursive: true, force: true }))
@@ -16,6 +16,15 @@ const freshPath = () => path.join(dir, `d${++counter}.sock`)
 function deadline(ms, what) {
   // unref: a pending deadline must not keep node --test alive after the test passed
   return new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms).unref())
+}
+
+// Polls a condition the test cannot await directly (a toast from a late socket reply).
+async function until(condition, what, ms = 5000) {
+  const end = Date.now() + ms
+  while (!condition()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
 }
 
 // A daemon stand-in: collects parsed lines, lets the test write lines back.
@@ -168,6 +177,48 @@ test("/autoretry with no daemon toasts how to start it, still without a model ca
   } finally {
     bridge.close()
     await hooks.dispose()
+  }
+})
+
+test("a reply after the command's wait is still toasted: the daemon carried the command out", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const client = fakeClient()
+  const previous = process.env.AUTORETRY_SOCKET
+  process.env.AUTORETRY_SOCKET = daemon.path
+  const hooks = await AutoretryBridge(input(client))
+  process.env.AUTORETRY_SOCKET = previous ?? ""
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    const pending = hooks["command.execute.before"]({ command: "autoretry", sessionID: "ses_a", arguments: "on" }, { parts: [] })
+    const command = await daemon.waitFor((l) => l.type === "command", "command")
+    await assert.rejects(pending, { message: HANDLED_MESSAGE }) // the wait is over, no reply yet
+    const toasts = () => client.calls.filter(([n]) => n === "toast").map(([, a]) => a.body.message)
+    assert.deepEqual(toasts(), [SLOW_DAEMON_MESSAGE], "connected: slow, not down")
+    daemon.write({ type: "reply", id: command.id, ok: true, message: "autoretry on for this session" })
+    await until(() => toasts().length === 2, "the late reply's toast")
+    assert.deepEqual(toasts(), [SLOW_DAEMON_MESSAGE, "autoretry on for this session"])
+  } finally {
+    await hooks.dispose()
+    await daemon.close()
+  }
+})
+
+test("/autoretry typed while the first connection is being made waits for it", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const client = fakeClient()
+  const bridge = new Bridge(input(client), { socketPath: daemon.path }).start()
+  try {
+    assert.equal(bridge.ready, false, "asked before the hello")
+    const reply = bridge.askCommand({ sessionID: "ses_a", arguments: "status" })
+    const command = await daemon.waitFor((l) => l.type === "command", "command")
+    assert.equal(daemon.lines[0].type, "hello", "the hello goes first")
+    daemon.write({ type: "reply", id: command.id, ok: true, message: "on" })
+    assert.equal((await reply).message, "on")
+  } finally {
+    bridge.close()
+    await daemon.close()
   }
 })
 
