@@ -55,7 +55,7 @@ def _toast(server, needle: str) -> dict[str, Any]:
         lambda e: (
             e.get("type") == "tui.toast.show" and needle in e["properties"].get("message", "")
         ),
-        10,
+        TURN_TIMEOUT,
         f"tui.toast.show containing {needle!r}",
     )
 
@@ -77,7 +77,8 @@ def test_bridge_says_hello_and_streams_a_real_turn(
     session = server.create_session()["id"]
     server.prompt_async(session, "Say hello [[s:normal]]")
     server.wait_idle(session, TURN_TIMEOUT)
-    standin.wait_for(_bridge_event("session.idle", session), 10, "session.idle via the bridge")
+    standin.wait_for(_bridge_event("session.idle", session), TURN_TIMEOUT,
+                     "session.idle via the bridge")
 
     kinds = [e.event_type for e in standin.events() if e.session_id == session]
     for expected in (
@@ -98,7 +99,7 @@ def test_bridge_says_hello_and_streams_a_real_turn(
         False,
     )
     assert chat.text == "Say hello [[s:normal]]"
-    stats = standin.wait_for(_is(Stats), 10, "stats").message
+    stats = standin.wait_for(_is(Stats), TURN_TIMEOUT, "stats").message
     assert stats.dropped == 0
     assert [c.sessions for c in standin.server.connections()] == [frozenset({session})]
 
@@ -115,7 +116,7 @@ def test_autoretry_command_toasts_the_daemon_reply_and_never_calls_the_model(
 
     assert status == 500  # the plugin throws to stop the model call (reference §6.5)
     _toast(server, f"stand-in: {arguments}")
-    command = standin.wait_for(_is(Command), 5, "command").message
+    command = standin.wait_for(_is(Command), TURN_TIMEOUT, "command").message
     assert (command.name, command.arguments, command.session_id) == (
         "autoretry",
         arguments,
@@ -165,7 +166,8 @@ def test_daemon_prompt_arrives_with_agent_model_and_durable_marker(
     assert user["info"]["model"] == {"providerID": "fakect", "modelID": "fake-model"}
     assert user["parts"][0]["text"] == "Continue."
     assert user["parts"][0]["metadata"] == {"autoretry": marker}  # OpenCode keeps the marker
-    chat = standin.wait_for(_is(ChatMessage, session_id=session), 5, "chat.message").message
+    chat = standin.wait_for(_is(ChatMessage, session_id=session), TURN_TIMEOUT,
+                            "chat.message").message
     assert chat.marker == marker
     sent = [r.last_user_text for r in provider.requests()]
     assert len(sent) == 1 and sent[0].startswith("Continue.")  # plan mode appends a reminder
@@ -215,7 +217,7 @@ def test_bridge_reconnects_when_the_daemon_restarts(provider, standin, start_ope
 
     standin.stop()
     standin.start()
-    second = standin.wait_connected(timeout=15, after=1)
+    second = standin.wait_connected(timeout=TURN_TIMEOUT, after=1)
 
     assert second.hello.pid == first.hello.pid
     session = server.create_session()["id"]
@@ -253,7 +255,8 @@ def test_every_delta_of_a_long_answer_reaches_the_daemon(provider, standin, star
 
     server.prompt_async(session, "Repeat yourself [[s:repeat:300]]")
     server.wait_idle(session, TURN_TIMEOUT)
-    standin.wait_for(_bridge_event("session.idle", session), 10, "session.idle via the bridge")
+    standin.wait_for(_bridge_event("session.idle", session), TURN_TIMEOUT,
+                     "session.idle via the bridge")
 
     sse = [
         e

@@ -89,7 +89,7 @@ def finished_ok(server, session: str) -> bool:
     return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get("error")
 
 
-def toast(server, needle: str, timeout: float = 10) -> None:
+def toast(server, needle: str, timeout: float = TURN) -> None:
     server.events.wait_for(
         lambda e: (
             e.get("type") == "tui.toast.show" and needle in e["properties"].get("message", "")
@@ -186,7 +186,7 @@ def test_s4_budget_is_two_per_turn_and_a_new_message_resets_it(provider, daemon,
     assert len(provider.wait_for_requests(18, TURN)) == 18
     assert [x.action for x in decisions(d, session)] == ["inject_at", "inject_at", "notify"]
     server.wait_idle(session, TURN)
-    d.wait_log("decision 3", 5)
+    d.wait_log("decision 3", TURN)
     assert len(injected(server, session)) == 2
     assert len(provider.requests()) == 18  # no third continuation
 
