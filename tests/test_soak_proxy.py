@@ -73,12 +73,17 @@ def test_the_gate_drains_turns_before_a_restart():
     assert entered.wait(5)
 
 
-def test_a_swallowed_line_is_lost_whole_after_the_lines_before_it():
+def _proxied_listener() -> tuple[socket.socket, SocketProxy]:
+    """A listening stand-in daemon, and a proxy in front of it."""
     directory = Path(tempfile.mkdtemp(prefix="ar-proxy-", dir="/tmp"))
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(str(directory / "up.sock"))
-    server.listen(1)
-    proxy = SocketProxy(directory / "proxy.sock", directory / "up.sock").start()
+    server.listen(4)
+    return server, SocketProxy(directory / "proxy.sock", directory / "up.sock").start()
+
+
+def test_a_swallowed_line_is_lost_whole_after_the_lines_before_it():
+    server, proxy = _proxied_listener()
     try:
         client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         client.connect(str(proxy.listen))
@@ -96,11 +101,7 @@ def test_a_swallowed_line_is_lost_whole_after_the_lines_before_it():
 
 
 def test_a_refusing_proxy_turns_connections_away_until_it_admits_them():
-    directory = Path(tempfile.mkdtemp(prefix="ar-proxy-", dir="/tmp"))
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    server.bind(str(directory / "up.sock"))
-    server.listen(4)
-    proxy = SocketProxy(directory / "proxy.sock", directory / "up.sock").start()
+    server, proxy = _proxied_listener()
     try:
         proxy.refuse()
         refused = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -51,11 +51,18 @@ def lose_the_continuation(d, server, proxy, provider) -> str:
     return session
 
 
-def closed(d, session: str):
-    return wait_until(
+def back_and_closed(d, proxy, session: str):
+    """Lets the bridge back in; returns the lost continuation once the re-send path has
+    turned it into an intent again and closed it without a send."""
+    mark = len(d.lines())
+    proxy.admit()
+    d.wait_log("connected: pid", TURN, after=mark)
+    d.wait_log(LOST, TURN, after=mark)  # the re-send path ran, and stopped short of sending
+    [gone] = wait_until(
         lambda: [i for i in injections(d, session) if i.state in ("cancelled", "failed")],
         TURN, "the lost continuation closed",
     )
+    return gone
 
 
 def test_a_continuation_lost_in_a_cut_socket_is_sent_again_once(provider, proxied):
@@ -75,11 +82,7 @@ def test_a_lost_continuation_is_not_sent_once_autoretry_is_off(provider, proxied
     proxy.refuse()  # the bridge stays away until the switch is in the store
     session = lose_the_continuation(d, server, proxy, provider)
     d.cli("off", "--session", session)
-    mark = len(d.lines())
-    proxy.admit()
-    d.wait_log("connected: pid", TURN, after=mark)
-    d.wait_log(LOST, TURN, after=mark)  # the re-send path ran, and stopped short of sending
-    [gone] = closed(d, session)
+    gone = back_and_closed(d, proxy, session)
     assert gone.state == "cancelled" and "switched off" in (gone.error or ""), gone
     assert injected(server, session) == [] and len(provider.requests()) == 1
 
@@ -91,10 +94,6 @@ def test_a_lost_continuation_is_not_sent_after_a_new_user_message(provider, prox
     server.prompt_async(session, "Never mind, say goodbye")  # healthy: the default reply
     provider.wait_for_requests(2, TURN)
     server.wait_idle(session, TURN)
-    mark = len(d.lines())
-    proxy.admit()
-    d.wait_log("connected: pid", TURN, after=mark)
-    d.wait_log(LOST, TURN, after=mark)  # the re-send path ran, and stopped short of sending
-    [gone] = closed(d, session)
+    gone = back_and_closed(d, proxy, session)
     assert gone.state == "cancelled" and "new user turn" in (gone.error or ""), gone
     assert injected(server, session) == [] and len(provider.requests()) == 2

@@ -18,6 +18,17 @@ function deadline(ms, what) {
   return new Promise((_, reject) => setTimeout(() => reject(new Error(`timed out waiting for ${what}`)), ms).unref())
 }
 
+// The plugin's hooks, its bridge on `socketPath` (the plugin reads it from the environment).
+async function hooksOn(socketPath, client) {
+  const previous = process.env.AUTORETRY_SOCKET
+  process.env.AUTORETRY_SOCKET = socketPath
+  try {
+    return await AutoretryBridge(input(client))
+  } finally {
+    process.env.AUTORETRY_SOCKET = previous ?? ""
+  }
+}
+
 // Polls a condition the test cannot await directly (a toast from a late socket reply).
 async function until(condition, what, ms = 5000) {
   const end = Date.now() + ms
@@ -143,10 +154,7 @@ test("/autoretry asks the daemon, toasts the reply and throws to stop the model 
   const daemon = new FakeDaemon(freshPath())
   await daemon.listen()
   const client = fakeClient()
-  const previous = process.env.AUTORETRY_SOCKET
-  process.env.AUTORETRY_SOCKET = daemon.path
-  const hooks = await AutoretryBridge(input(client))
-  process.env.AUTORETRY_SOCKET = previous ?? ""
+  const hooks = await hooksOn(daemon.path, client)
   try {
     await daemon.waitFor((l) => l.type === "hello", "hello")
     const pending = hooks["command.execute.before"]({ command: "autoretry", sessionID: "ses_a", arguments: "off here" }, { parts: [] })
@@ -165,10 +173,7 @@ test("/autoretry asks the daemon, toasts the reply and throws to stop the model 
 test("/autoretry with no daemon toasts how to start it, still without a model call", async () => {
   const client = fakeClient()
   const bridge = new Bridge(input(client), { socketPath: freshPath() }).start()
-  const previous = process.env.AUTORETRY_SOCKET
-  process.env.AUTORETRY_SOCKET = bridge.path
-  const hooks = await AutoretryBridge(input(client))
-  process.env.AUTORETRY_SOCKET = previous ?? ""
+  const hooks = await hooksOn(bridge.path, client)
   try {
     await assert.rejects(hooks["command.execute.before"]({ command: "autoretry", sessionID: "s", arguments: "" }, { parts: [] }), { message: HANDLED_MESSAGE })
     assert.equal(client.calls.find(([n]) => n === "toast")[1].body.message, DAEMON_DOWN_MESSAGE)
@@ -184,10 +189,7 @@ test("a reply after the command's wait is still toasted: the daemon carried the 
   const daemon = new FakeDaemon(freshPath())
   await daemon.listen()
   const client = fakeClient()
-  const previous = process.env.AUTORETRY_SOCKET
-  process.env.AUTORETRY_SOCKET = daemon.path
-  const hooks = await AutoretryBridge(input(client))
-  process.env.AUTORETRY_SOCKET = previous ?? ""
+  const hooks = await hooksOn(daemon.path, client)
   try {
     await daemon.waitFor((l) => l.type === "hello", "hello")
     const pending = hooks["command.execute.before"]({ command: "autoretry", sessionID: "ses_a", arguments: "on" }, { parts: [] })
@@ -204,40 +206,35 @@ test("a reply after the command's wait is still toasted: the daemon carried the 
   }
 })
 
-test("/autoretry typed while the first connection is being made waits for it", async () => {
+// A fake daemon and a bridge started on it, both closed after `body`.
+async function withBridge(body) {
   const daemon = new FakeDaemon(freshPath())
   await daemon.listen()
-  const client = fakeClient()
-  const bridge = new Bridge(input(client), { socketPath: daemon.path }).start()
+  const bridge = new Bridge(input(fakeClient()), { socketPath: daemon.path }).start()
   try {
-    assert.equal(bridge.ready, false, "asked before the hello")
-    const reply = bridge.askCommand({ sessionID: "ses_a", arguments: "status" })
-    const command = await daemon.waitFor((l) => l.type === "command", "command")
-    assert.equal(daemon.lines[0].type, "hello", "the hello goes first")
-    daemon.write({ type: "reply", id: command.id, ok: true, message: "on" })
-    assert.equal((await reply).message, "on")
+    await body(daemon, bridge)
   } finally {
     bridge.close()
     await daemon.close()
   }
-})
+}
 
-test("a daemon that never replies costs the command at most ~1 s", async () => {
-  const daemon = new FakeDaemon(freshPath())
-  await daemon.listen()
-  const client = fakeClient()
-  const bridge = new Bridge(input(client), { socketPath: daemon.path }).start()
-  try {
-    await daemon.waitFor((l) => l.type === "hello", "hello")
-    const began = Date.now()
-    assert.equal(await bridge.askCommand({ sessionID: "s", arguments: "status" }), null)
-    const took = Date.now() - began
-    assert.ok(took >= 900 && took < 2000, `took ${took} ms`)
-  } finally {
-    bridge.close()
-    await daemon.close()
-  }
-})
+test("/autoretry typed while the first connection is being made waits for it", () => withBridge(async (daemon, bridge) => {
+  assert.equal(bridge.ready, false, "asked before the hello")
+  const reply = bridge.askCommand({ sessionID: "ses_a", arguments: "status" })
+  const command = await daemon.waitFor((l) => l.type === "command", "command")
+  assert.equal(daemon.lines[0].type, "hello", "the hello goes first")
+  daemon.write({ type: "reply", id: command.id, ok: true, message: "on" })
+  assert.equal((await reply).message, "on")
+}))
+
+test("a daemon that never replies costs the command at most ~1 s", () => withBridge(async (daemon, bridge) => {
+  await daemon.waitFor((l) => l.type === "hello", "hello")
+  const began = Date.now()
+  assert.equal(await bridge.askCommand({ sessionID: "s", arguments: "status" }), null)
+  const took = Date.now() - began
+  assert.ok(took >= 900 && took < 2000, `took ${took} ms`)
+}))
 
 test("reconnects with backoff after the daemon restarts, and says hello again", async () => {
   const socketPath = freshPath()
@@ -275,10 +272,7 @@ test("garbage from the daemon is counted, never thrown", async () => {
 test("trim and config from the daemon reach the transform and chat.params hooks", async () => {
   const daemon = new FakeDaemon(freshPath())
   await daemon.listen()
-  const previous = process.env.AUTORETRY_SOCKET
-  process.env.AUTORETRY_SOCKET = daemon.path
-  const hooks = await AutoretryBridge(input(fakeClient()))
-  process.env.AUTORETRY_SOCKET = previous ?? ""
+  const hooks = await hooksOn(daemon.path, fakeClient())
   const loop = "again and again. "
   const messages = () => [{ info: { id: "msg_a", role: "assistant" }, parts: [{ id: "prt_a", type: "text", text: `Hi. ${loop.repeat(30)}` }] }]
   try {
