@@ -299,6 +299,8 @@ class Actions:
         for injection in self.store.open_injections():
             if injection.id == injection_id:
                 self.store.mark_failed(injection_id, now, f"refused by the bridge: {error}")
+                log.info("injection %s %s failed: refused by the bridge: %s", injection_id,
+                         injection.session_id, error)
                 self.notify(injection.session_id, f"autoretry: not continuing — {error}", "warning")
 
     # -- telling the user -------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -183,15 +184,17 @@ def test_bridge_closing_mid_backoff_fails_the_retry_after_grace(tmp_path):
     assert injection.state == "failed" and "no live owner" in (injection.error or "")
 
 
-def test_bridge_refusal_marks_the_injection_failed(tmp_path):
+def test_bridge_refusal_marks_the_injection_failed_and_says_so(tmp_path, caplog):
     h = Harness(tmp_path)
     h.hello()
     sid = errored_session(h)
     h.advance(6)
     [prompt] = h.prompts()
-    h.send(protocol.Ack(id=prompt.id, ok=False, error="child session"))
+    with caplog.at_level(logging.INFO, logger="opencode_autoretry.daemon.actions"):
+        h.send(protocol.Ack(id=prompt.id, ok=False, error="child session"))
     [injection] = h.store.injections(sid)
     assert injection.state == "failed" and "child session" in (injection.error or "")
+    assert f"injection {injection.id} {sid} failed: refused by the bridge" in caplog.text
 
 
 def test_off_leaves_faults_alone_and_on_recovers_again(tmp_path):
