@@ -56,6 +56,21 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         )
 
 
+CALL_FAILED = pytest.StashKey[bool]()
+DAEMON_LOG_LINES = 80  # the tail of each daemon's log printed for a failed test
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Iterator[pytest.TestReport]:
+    """Remembers whether the test itself failed, for the daemon fixture's teardown."""
+    report: pytest.TestReport = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+    return report
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"opencode(*facts): needs these facts of OpenCode's own behaviour: {FACTS}"
@@ -147,10 +162,12 @@ def start_opencode(
 
 @pytest.fixture
 def daemon(
-    tmp_path: Path, socket_path: Path, opencode_home: OpenCodeHome
+    request: pytest.FixtureRequest, tmp_path: Path, socket_path: Path,
+    opencode_home: OpenCodeHome,
 ) -> Iterator[Callable[..., DaemonProcess]]:
     """Starts the real ``autoretry run`` (fast interruption budgets unless a config is given)
-    on the e2e OpenCode's DB; every daemon started must exit cleanly at the end."""
+    on the e2e OpenCode's DB; every daemon started must exit cleanly at the end. A failed
+    test prints the tail of each daemon's log (not debug): what a CI failure is read from."""
     started: list[DaemonProcess] = []
 
     def start(config: str = FAST_CONFIG) -> DaemonProcess:
@@ -161,5 +178,10 @@ def daemon(
         return process
 
     yield start
+    if request.node.stash.get(CALL_FAILED, False):
+        for number, process in enumerate(started, 1):
+            lines = [line for line in process.lines() if " DEBUG " not in line]
+            print(f"\n--- daemon {number} log, last {DAEMON_LOG_LINES} lines (not debug) ---")
+            print("\n".join(lines[-DAEMON_LOG_LINES:]))
     for process in started:
         assert process.stop() in (0, -9, None), "the daemon did not exit cleanly"

@@ -85,7 +85,10 @@ def warmed_up(start_opencode, daemon, provider, config: str):
 
 
 def finished_ok(server, session: str) -> bool:
-    last = server.messages(session)[-1]["info"]
+    messages = server.messages(session)  # empty until prompt_async's message is written
+    if not messages:
+        return False
+    last = messages[-1]["info"]
     return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get("error")
 
 
@@ -161,6 +164,10 @@ def continued_after(
     session = server.create_session()["id"]
     server.prompt_async(session, "Say hello")
 
+    # A fresh OpenCode's first turn can take most of a turn's bound before its request leaves
+    # (1.17.11: 5 s on an idle machine, loading the provider's SDK): the fault's request and
+    # the continuation's are two events, each awaited with its own bound.
+    provider.wait_for_requests(1, TURN)
     provider.wait_for_requests(2, TURN)
     [done] = confirmed(d, session)
     first = decisions(d, session)[0]

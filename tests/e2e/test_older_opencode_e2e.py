@@ -21,7 +21,14 @@ from daemon_process import wait_until
 from fake_provider import FakeProvider
 from opencode import OpenCodeHome, ensure_opencode, warm_home
 from soak_driver import Soak, SoakOptions
-from test_daemon_e2e import connect, continued_after, decisions, injected, injections
+from test_daemon_e2e import (
+    connect,
+    continued_after,
+    decisions,
+    finished_ok,
+    injected,
+    injections,
+)
 from test_daemon_e2e import test_s11_off_leaves_faults_alone_and_on_recovers as _s11
 from test_soak_e2e import log_of
 from versions import OLDEST_SUPPORTED, behaviour
@@ -29,6 +36,7 @@ from versions import OLDEST_SUPPORTED, behaviour
 pytestmark = pytest.mark.e2e
 
 TURN = 30.0
+COLD_TURN = 2 * TURN  # the bound of a fresh process's first turn (see ``start_opencode``)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +54,25 @@ def opencode_home(
     opencode_bin: Path, fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory
 ) -> OpenCodeHome:
     return warm_home(opencode_bin, tmp_path_factory.mktemp("opencode-older"), fake_provider.url)
+
+
+@pytest.fixture
+def start_opencode(start_opencode, provider):
+    """Every OpenCode this module starts has run one plain turn. A fresh 1.17.11 process's
+    first turn waits for its provider SDK to load (5 s before the request leaves on an idle
+    machine, far longer beside a second worker and a CPU hog, where a scenario's 30 s bound
+    ran out once): warmed, a scenario's bounds time only its own steps. The daemon, already
+    running, sees a healthy turn in a session of its own and decides nothing."""
+
+    def start(*args, **env):
+        server = start_opencode(*args, **env)
+        warm = server.create_session()["id"]
+        server.prompt_async(warm, "Say hello")
+        wait_until(lambda: finished_ok(server, warm), COLD_TURN, "the warm-up turn")
+        provider.reset()
+        return server
+
+    return start
 
 
 def test_a_gateway_disconnect_is_continued(provider, daemon, start_opencode) -> None:

@@ -21,6 +21,7 @@ import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_faults import install as install_faults
 from fake_subagents import install as install_subagent_faults
+from test_daemon_e2e import finished_ok
 
 pytestmark = pytest.mark.e2e
 
@@ -54,14 +55,6 @@ def records(d: DaemonProcess, session: str) -> tuple[list[Any], list[Any]]:
 
 def user_messages(server, session: str) -> list[dict[str, Any]]:
     return [m for m in server.messages(session) if m["info"]["role"] == "user"]
-
-
-def finished_ok(server, session: str) -> bool:
-    messages = server.messages(session)  # empty until prompt_async's message is written
-    if not messages:
-        return False
-    last = messages[-1]["info"]
-    return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get("error")
 
 
 def delegate(server, provider, fault: str) -> tuple[str, str]:
