@@ -21,28 +21,13 @@ import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_faults import install as install_faults
 from fake_subagents import install as install_subagent_faults
-from test_daemon_e2e import finished_ok
+from test_daemon_e2e import finished_ok, warmed_up
 
 pytestmark = pytest.mark.e2e
 
 TURN = 30.0
 STALL_CONFIG = "stall_timeout = 3.0\n" + FAST_CONFIG  # as the root stall scenario
 TIMINGS: dict[str, float] = {}
-
-
-def connect(start_opencode, d: DaemonProcess, provider, **env: str):
-    """OpenCode with the bridge connected, warmed up by one normal turn: a fresh process can
-    sit busy for seconds before its first step, which a short stall_timeout would take for a
-    root stall (and abort) before the root ever calls its subagent."""
-    mark = len(d.lines())
-    server = start_opencode(**env)
-    server.ok("GET", "/path")  # boots the instance, which loads the bridge
-    d.wait_log("connected: pid", TURN, after=mark)
-    warm = server.create_session()["id"]
-    server.prompt_async(warm, "Say hello")
-    wait_until(lambda: finished_ok(server, warm), TURN, "the warm-up turn")
-    provider.reset()
-    return server
 
 
 def records(d: DaemonProcess, session: str) -> tuple[list[Any], list[Any]]:
@@ -85,8 +70,7 @@ def report(d: DaemonProcess, *args: str) -> str:
 
 def test_a_hung_subagent_is_aborted_and_its_parent_carries_on(provider, daemon, start_opencode):
     began = time.monotonic()
-    d = daemon(config=STALL_CONFIG)
-    server = connect(start_opencode, d, provider)
+    server, d = warmed_up(start_opencode, daemon, provider, STALL_CONFIG)
     root, child = delegate(server, provider, "stall")  # the child: headers, then silence
 
     [task_call, stalled] = provider.wait_for_requests(2, TURN)[:2]
@@ -132,8 +116,7 @@ def left_alone_lines(d: DaemonProcess, child: str, count: int, after: int) -> No
 
 def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, start_opencode):
     began = time.monotonic()
-    d = daemon(config=STALL_CONFIG)
-    server = connect(start_opencode, d, provider)
+    server, d = warmed_up(start_opencode, daemon, provider, STALL_CONFIG)
     mark = len(d.lines())
     root, child = delegate(server, provider, "read_outside")  # the child's read asks first
     asked = server.events.wait_for(lambda e: e.get("type") == "permission.asked", TURN,
@@ -159,8 +142,8 @@ def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, star
 
 def test_subagents_off_leaves_a_hung_child_alone(provider, daemon, start_opencode):
     began = time.monotonic()
-    d = daemon(config=STALL_CONFIG + "\n[stall]\nsubagents = false\n")
-    server = connect(start_opencode, d, provider)
+    server, d = warmed_up(start_opencode, daemon, provider,
+                          STALL_CONFIG + "\n[stall]\nsubagents = false\n")
     root, child = delegate(server, provider, "stall")
     provider.wait_for_requests(2, TURN)
 
