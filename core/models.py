@@ -330,6 +330,10 @@ class Decision:
     limit: int = 0
     toast: str | None = None  # shown instead of the standard "continuing in 5 s" toast
     model: str | None = None  # "provider/model" to continue on (model fallback, issue 10)
+    # The turn's ledger as this decision leaves it, when it changed: the daemon writes it in
+    # the one transaction that records the decision and its continuation, so a crash between
+    # them cannot leave a budget spent (and its failure "already handled") with nothing sent.
+    ledger: TurnLedger | None = field(default=None, compare=False, repr=False)
 
     @property
     def sends(self) -> bool:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -275,11 +276,13 @@ def _migrate(db: sqlite_utils.Database) -> None:
 
 
 class Store(_Reader):
-    """The daemon's writer. One process writes; every write is its own transaction."""
+    """The daemon's writer. One process writes; every write is its own transaction, but for
+    the groups of writes inside ``atomic``."""
 
     def __init__(self, db: sqlite_utils.Database) -> None:
         super().__init__(db.conn)
         self._db = db
+        self._depth = 0  # how many ``atomic`` blocks are open
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -296,9 +299,28 @@ class Store(_Reader):
         return cls(db)
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> int:
+        if self._depth:  # inside ``atomic``: committed with the rest of its writes
+            return int(self._conn.execute(sql, params).lastrowid or 0)
         with self._conn:
             cursor = self._conn.execute(sql, params)
         return int(cursor.lastrowid or 0)
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """The writes inside land together or not at all (nestable: the outermost commits).
+        A decision, the budget it spent and its continuation are one such group: a SIGKILL or
+        a full disk between two of them once left a failure handled and nothing sent."""
+        self._depth += 1
+        try:
+            yield
+        except BaseException:
+            self._depth -= 1
+            if not self._depth:
+                self._conn.rollback()
+            raise
+        self._depth -= 1
+        if not self._depth:
+            self._conn.commit()
 
     def save_ledger(self, ledger: TurnLedger, at: datetime | None = None) -> None:
         used = json.dumps({str(k): v for k, v in sorted(ledger.used.items())})

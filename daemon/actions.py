@@ -140,15 +140,22 @@ class Actions:
     # -- decisions --------------------------------------------------------------------------
 
     def perform(self, decision: Decision, now: datetime, message_id: str | None) -> int:
-        """Record the decision and carry it out; returns the decision id."""
-        decision_id = self.store.record_decision(decision, now, message_id)
+        """Record the decision and carry it out; returns the decision id. The budget it spent,
+        the decision and its continuation's intent are written in one transaction, before
+        anything leaves: after a crash there is all of it (the intent goes out after the
+        restart) or none (the failure is judged anew)."""
+        with self.store.atomic():
+            if decision.ledger is not None:
+                self.store.save_ledger(decision.ledger, now)
+            decision_id = self.store.record_decision(decision, now, message_id)
+            injection_id = self._record_intent(decision_id, decision, now)
         log.info("decision %s %s: %s", decision_id, decision.session_id, decision.reason)
         if decision.action is Action.NOTIFY:
             self.notify(decision.session_id, decision.text or decision.reason, "warning")
         elif decision.action is Action.ABORT:
             self.abort_subagent(decision, now)
-        elif decision.sends:
-            self._start_injection(decision_id, decision, now, message_id)
+        elif injection_id is not None:
+            self._start_injection(injection_id, decision, now, message_id)
         for listener in self.listeners:
             try:
                 listener(decision, decision_id, now)
@@ -173,14 +180,18 @@ class Actions:
                     "warning")
         return sent
 
+    def _record_intent(self, decision_id: int, decision: Decision, now: datetime) -> int | None:
+        if not decision.sends:
+            return None
+        return self.store.record_intent(
+            decision_id, decision.session_id, decision.turn_id, decision.text or "Continue.",
+            decision.due or now, now,
+        )
+
     def _start_injection(
-        self, decision_id: int, decision: Decision, now: datetime, message_id: str | None
+        self, injection_id: int, decision: Decision, now: datetime, message_id: str | None
     ) -> None:
         due = decision.due or now
-        injection_id = self.store.record_intent(
-            decision_id, decision.session_id, decision.turn_id, decision.text or "Continue.",
-            due, now,
-        )
         self._kinds[injection_id] = str(decision.kind or "")
         if decision.turn_id is not None and decision.group is not None:
             self.pending[decision.session_id] = PendingRetry(

@@ -11,7 +11,7 @@ send through, so the daemon skips those sessions without spending any budget.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -109,7 +109,8 @@ class Judge:
         pending: PendingRetry | None, now: datetime,
     ) -> Decision:
         """The budget core's decision for a verdict (detectors such as the repetition guard
-        bring their own verdict); a spent budget or exhausted group is saved in the store."""
+        bring their own verdict). A spent budget or exhausted group rides on the decision as
+        its ``ledger``, for ``Actions.perform`` to save with it."""
         session_id = turn.session_id
         db = self._db()
         session = db.session(session_id) if db is not None else None
@@ -132,6 +133,5 @@ class Judge:
                 Owner.LIVE, Owner.EXEC):
             decision, updated = revise(decision, updated, verdict, turn, context, self._fallback,
                                        self._policy, now)
-        if updated != ledger:
-            self._store.save_ledger(updated, now)
-        return decision
+        # Saved by ``Actions.perform`` with the decision it belongs to (one transaction).
+        return replace(decision, ledger=updated) if updated != ledger else decision

@@ -435,6 +435,8 @@ class Loop:
                 self.beat(now)  # the owners a restart needs to send this retry
             if decision.action is Action.INJECT:
                 self.recovery.send_due(now, view.session_id)  # at once, if the session is idle
+        elif decision.ledger is not None:  # not recorded again, but what it spent still counts
+            self.store.save_ledger(decision.ledger, now)
         enabled = self.store.is_enabled(view.session_id)
         if verdict.kind is Kind.RUNAWAY and not decision.sends and enabled:
             self.actions.abort(view.session_id, now)  # stop the loop even without a budget

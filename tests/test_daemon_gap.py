@@ -6,12 +6,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
 from opencode_rows import aborted_error  # noqa: E402
 
 from opencode_autoretry.daemon.gap import LOOKBACK, OWNER_GRACE  # noqa: E402
+from opencode_autoretry.store import Store  # noqa: E402
 
 
 def owned_session(h: Harness) -> tuple[str, str]:
@@ -254,3 +257,49 @@ def test_a_daemon_killed_again_before_the_bridge_came_back_passes_the_gap_on(tmp
     h.hello(pid=PID)
     h.advance(1)
     assert [p.session_id for p in h.prompts()] == [blank]
+
+
+class Killed(BaseException):
+    """The SIGKILL, arriving at one write: nothing after it runs (no ``except Exception`` of
+    the loop's catches it), and what was not committed is gone with the process."""
+
+
+def idle_killed_at(h: Harness, monkeypatch: pytest.MonkeyPatch, sid: str, statement: str
+                   ) -> None:
+    """``sid`` goes idle and the daemon judging it dies when it is about to write
+    ``statement``; its store is reopened from disk, as the restarted daemon's is."""
+    write = h.store._write  # noqa: SLF001
+
+    def dying(sql: str, params: tuple) -> int:
+        if sql.startswith(statement):
+            raise Killed(statement)
+        return write(sql, params)
+
+    monkeypatch.setattr(h.store, "_write", dying)
+    with pytest.raises(Killed):
+        h.idle(sid)
+    h.sigkill()
+    h.store.close()  # closing a connection drops its open transaction, as a SIGKILL does
+    h.store = Store.open(h.settings.store)
+
+
+@pytest.mark.parametrize("statement", ["INSERT INTO decisions", "INSERT INTO injections"])
+def test_a_kill_between_a_spent_budget_and_its_decision_loses_neither(
+        tmp_path, monkeypatch, statement):
+    # Found by the short soak in CI: a SIGKILL after the turn's ledger (the budget spent, the
+    # failure "handled") was committed but before its decision and intent were. The restarted
+    # daemon judged the turn again, found its failure already handled and skipped it: never
+    # continued. The three are one transaction now: after the kill there is none of them.
+    h = Harness(tmp_path)
+    h.hello()
+    sid, user = owned_session(h)
+    h.blank_step(sid, user)
+    idle_killed_at(h, monkeypatch, sid, statement)
+    assert h.store.ledgers(sid) == [] and h.store.decisions(sid) == []
+    assert h.store.injections(sid) == []
+    h.revive()
+    h.hello(pid=PID)
+    h.advance(OWNER_GRACE.total_seconds() + 10)
+    assert [p.session_id for p in h.prompts()] == [sid]
+    [decision] = h.store.decisions(sid)
+    assert decision.action == "inject" and len(h.store.injections(sid)) == 1

@@ -46,6 +46,26 @@ def test_ledger_update_replaces_counts(store):
     assert only.used_in(BudgetGroup.DISCONNECT) == 2 and only.user_aborted
 
 
+
+def test_writes_inside_atomic_land_together_or_not_at_all(tmp_path):
+    path = tmp_path / "autoretry.db"
+    store = Store.open(path)
+    ledger = TurnLedger("ses_a", "msg_1", {BudgetGroup.BLANK: 1}, handled=frozenset({"msg_2"}))
+    with pytest.raises(RuntimeError), store.atomic():
+        store.save_ledger(ledger, T0)
+        store.record_decision(decision(), T0, "msg_2")
+        raise RuntimeError("the disk filled up before the intent")
+    assert store.ledgers() == [] and store.decisions() == []
+    with store.atomic():
+        store.save_ledger(ledger, T0)
+        with store.atomic():  # nested: committed by the outermost block only
+            store.record_decision(decision(), T0, "msg_2")
+        assert StoreView.open(path).decisions() == []  # another reader sees nothing yet
+    view = StoreView.open(path)
+    assert view.load_ledger("ses_a", "msg_1") == ledger and len(view.decisions()) == 1
+    store.record_intent(1, "ses_a", "msg_1", "Continue.", T0, T0)  # outside: its own commit
+    assert len(StoreView.open(path).injections()) == 1
+
 def test_current_turn_tracks_latest(store):
     assert store.current_turn("ses_a") is None
     store.set_current_turn("ses_a", "msg_1", T0)
