@@ -21,7 +21,15 @@ from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import Sessions
 from opencode_autoretry.fallback import switch_of
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, Message, Session, Turn
-from opencode_autoretry.plugin_bridge.protocol import Abort, Log, ModelRef, Prompt, Toast
+from opencode_autoretry.plugin_bridge.protocol import (
+    Abort,
+    Log,
+    ModelRef,
+    Prompt,
+    ProtocolError,
+    Toast,
+    encode,
+)
 from opencode_autoretry.policy import INTERRUPTION_LABELS
 from opencode_autoretry.store import InjectionRecord, Store
 from opencode_autoretry.subagents import subagent_toast
@@ -115,6 +123,7 @@ class Actions:
         self._kinds: dict[int, str] = {}  # injection id -> kind, for the marker
         self._models: dict[int, str] = {}  # injection id -> "provider/model" (fallback)
         self._unsent_tries: dict[int, int] = {}  # injection id -> writes that broke
+        self._broken_on: dict[int, str] = {}  # injection id -> the connection its write broke
         #: Called with every recorded decision (notifications outside OpenCode, issue 10).
         self.listeners: list[Callable[[Decision, int, datetime], None]] = []
 
@@ -241,11 +250,17 @@ class Actions:
             id=request_id, session_id=injection.session_id, text=injection.text, agent=agent,
             model=model, variant=variant, marker=marker,
         )
+        try:
+            encode(prompt)
+        except ProtocolError as exc:  # no bridge would read it: say so now, not on every tick
+            self._close(injection, now, f"not sent: the continuation is too long ({exc})",
+                        failed=True)
+            return Outcome(False, "too long")
         # Marked sent before it leaves: a store that fails here stops the send, and a crash
         # after it leaves cannot make the intent look unsent (never twice, issue 11).
         self.store.mark_sent(injection.id, now)
         if not self._bridge.send(owner, prompt):
-            return self._unsent(injection, now)
+            return self._unsent(injection, now, owner)
         self.pending.pop(injection.session_id, None)
         log.info("injection %s %s sent as %s to %s", injection.id, injection.session_id,
                  request_id, owner)
@@ -273,14 +288,19 @@ class Actions:
                 cancelled += 1
         return cancelled
 
-    def _unsent(self, injection: InjectionRecord, now: datetime,
+    def _unsent(self, injection: InjectionRecord, now: datetime, broken_on: str | None,
                 why: str = "not sent: bridge connection lost") -> Outcome:
         """The owner's connection broke under the write. A failed write ends before the
         line's newline, and the bridge runs complete lines only, so OpenCode never got it: the
         intent waits for the session's owner again (the hello after a socket cut), or fails
-        after the owner grace like any intent without one. A few times at most, so a line
-        that can never be written (too long) cannot come back on every tick."""
+        after the owner grace like any intent without one. Never again on the connection it
+        broke on (``write_broke_on``): the server has shut that one down, and until its close
+        reaches the loop the session still names it as owner (the short soak tried three
+        times within 0.1 s and gave the continuation up). Failed when it broke on a few
+        connections in turn."""
         tries = self._unsent_tries[injection.id] = self._unsent_tries.get(injection.id, 0) + 1
+        if broken_on is not None:
+            self._broken_on[injection.id] = broken_on
         if tries > UNSENT_TRIES:
             self._close(injection, now, why, failed=True)
         else:
@@ -289,9 +309,16 @@ class Actions:
                      injection.session_id, why)
         return Outcome(False, "bridge connection lost")
 
+    def write_broke_on(self, injection_id: int, conn_id: str) -> bool:
+        """This injection's write broke on ``conn_id``: that connection is closing."""
+        return self._broken_on.get(injection_id) == conn_id
+
+    def fail(self, injection: InjectionRecord, now: datetime, why: str) -> None:
+        self._close(injection, now, why, failed=True)
+
     def never_arrived(self, injection: InjectionRecord, now: datetime) -> None:
         """A sent continuation its bridge says it never ran (``Recovery.adopt``)."""
-        self._unsent(injection, now, "not run: its line was lost on the way to the bridge")
+        self._unsent(injection, now, None, "not run: its line was lost on the way to the bridge")
 
     def _close(self, injection: InjectionRecord, now: datetime, why: str, *, failed: bool) -> None:
         if failed:
@@ -300,6 +327,8 @@ class Actions:
             self.store.mark_cancelled(injection.id, now, why)
         self._timers.cancel(injection.id)
         self.pending.pop(injection.session_id, None)
+        self._unsent_tries.pop(injection.id, None)
+        self._broken_on.pop(injection.id, None)
         log.info("injection %s %s %s: %s", injection.id, injection.session_id,
                  "failed" if failed else "cancelled", why)
 
@@ -446,8 +475,13 @@ class Recovery:
         if view is not None and view.headless:
             return  # an `autoretry exec` run's intent: exec sends it through OpenCode's CLI
         if view is None or view.owner is None:
-            if injection.due is not None and now - injection.due > self.OWNER_GRACE:
+            if self._past_owner_grace(injection, now):
                 self._actions.send_injection(injection, now)  # the gate fails it, with why
+            return
+        if self._actions.write_broke_on(injection.id, view.owner):  # its close is on the way
+            if self._past_owner_grace(injection, now):
+                self._actions.fail(injection, now, "not sent: its owner's connection broke "
+                                                   "and no bridge came back for the session")
             return
         if view.busy or view.abort_requested is not None:
             return  # wait for idle (OpenCode retrying, or our abort not through yet)
@@ -459,6 +493,9 @@ class Recovery:
             self._actions.cancel_open(session_id, now, "cancelled: a new user turn started")
             return
         self._actions.send_injection(injection, now)
+
+    def _past_owner_grace(self, injection: InjectionRecord, now: datetime) -> bool:
+        return injection.due is not None and now - injection.due > self.OWNER_GRACE
 
     def check_sent(self, now: datetime) -> None:
         """Sent but never seen: confirm from the DB, or give up after CONFIRM_TIMEOUT."""

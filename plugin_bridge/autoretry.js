@@ -332,12 +332,12 @@ export class Bridge {
         clearTimeout(timer)
         this.pending.delete(id)
       }
-      const timer = setTimeout(() => {
+      let timer = setTimeout(() => {
         waiting = false
         resolve(null)
         if (!onLate) return forget()
-        const late = setTimeout(forget, LATE_REPLY_MS)
-        late.unref?.()
+        timer = setTimeout(forget, LATE_REPLY_MS) // the late reply's own wait, cleared by it
+        timer.unref?.()
       }, COMMAND_TIMEOUT_MS)
       timer.unref?.()
       const finish = (reply) => {

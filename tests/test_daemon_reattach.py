@@ -212,10 +212,10 @@ def test_the_hello_owners_reach_the_next_heartbeat(tmp_path):
     assert beat is not None and beat.info["owners"].get(sid) == PID
 
 
-def blank_turn_decided(h: Harness, *, write_fails: bool) -> str:
+def blank_turn_decided(h: Harness, *, write_fails: bool, ticks_before_close: int = 0) -> str:
     """A blank reply is decided and its continuation goes out at once, into a socket that is
     being cut (the write fails, or succeeds and the bridge never reads the line); the close
-    reaches the daemon just after."""
+    reaches the daemon just after, or after some ticks of the loop."""
     hello(h, {})
     sid = h.session()
     user = h.user(sid)
@@ -225,6 +225,8 @@ def blank_turn_decided(h: Harness, *, write_fails: bool) -> str:
     if write_fails:
         h.bridge.alive = set()
     h.idle(sid)
+    for _ in range(ticks_before_close):
+        h.advance(0.2)  # AUTORETRY_TICK_INTERVAL in the e2e suite: a tick tries what is due
     h.closed()
     return sid
 
@@ -256,15 +258,60 @@ def test_a_continuation_cut_off_from_a_bridge_that_never_returns_fails_unsent(tm
     assert injection.state == "failed" and "no live owner" in (injection.error or "")
 
 
-def test_a_continuation_that_can_never_be_written_is_failed_after_a_few_tries(tmp_path):
+def test_a_continuation_is_never_tried_again_on_the_connection_its_write_broke_on(tmp_path):
+    # Found by the short soak: the connection's close reached the loop 0.1 s after the
+    # broken write, and in between the due continuation was tried three more times on the
+    # same dead connection, which failed it for good; the bridge came back to nothing.
     h = Harness(tmp_path)
-    sid = cut_under_the_send(h)
+    sid = blank_turn_decided(h, write_fails=True, ticks_before_close=5)
+    [injection] = h.store.injections(sid)
+    assert injection.state == "intent"
+    hello(h, {sid: IDLE}, conn="b2")
+    h.bridge.alive.add("b2")
+    h.advance(1)
+    assert [(c, p.session_id) for c, p in h.bridge.sent if p in h.prompts()] == [("b2", sid)]
+
+
+def test_a_continuation_whose_owner_never_closes_fails_after_the_owner_grace(tmp_path):
+    h = Harness(tmp_path)
+    sid = blank_turn_decided(h, write_fails=True, ticks_before_close=0)
     message = protocol.Hello(pid=PID, directory="/work/project", sessions={sid: IDLE})
-    h.loop.handle(BridgeConnected("b2", message, h.clock.now()))  # owned, every write breaks
-    for _ in range(5):
+    h.loop.handle(BridgeConnected("b2", message, h.clock.now()))  # owned, its write breaks
+    h.advance(1)
+    assert h.store.injections(sid)[0].state == "intent"  # and b2's close never comes
+    h.advance(OWNER_GRACE.total_seconds() + 1)
+    [injection] = h.store.injections(sid)
+    assert injection.state == "failed" and "connection broke" in (injection.error or "")
+
+
+def test_a_continuation_that_breaks_on_every_connection_fails_after_a_few(tmp_path):
+    h = Harness(tmp_path)
+    sid = cut_under_the_send(h)  # broke on the first connection
+    for conn in ("b2", "b3", "b4"):
+        message = protocol.Hello(pid=PID, directory="/work/project", sessions={sid: IDLE})
+        h.loop.handle(BridgeConnected(conn, message, h.clock.now()))  # every write breaks
         h.advance(1)
+        h.closed(conn)
     [injection] = h.store.injections(sid)
     assert injection.state == "failed" and h.prompts() == []
+
+
+def test_a_continuation_no_bridge_could_read_fails_at_once(tmp_path, monkeypatch):
+    def too_long(message: object) -> bytes:
+        raise protocol.ProtocolError("too_long", "1048577 bytes >= 1048576")
+
+    monkeypatch.setattr("opencode_autoretry.daemon.actions.encode", too_long)
+    h = Harness(tmp_path)
+    hello(h, {})
+    sid = h.session()
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    h.blank_step(sid, user)
+    h.idle(sid)
+    [injection] = h.store.injections(sid)
+    assert injection.state == "failed" and "too long" in (injection.error or "")
+    assert h.prompts() == []
 
 
 def sent_into_a_cut(h: Harness) -> tuple[str, protocol.Prompt]:

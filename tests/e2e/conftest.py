@@ -143,16 +143,22 @@ def standin(socket_path: Path) -> Iterator[DaemonStandIn]:
 
 @pytest.fixture
 def start_opencode(
-    opencode_bin: Path, opencode_home: OpenCodeHome, socket_path: Path
+    opencode_bin: Path, opencode_home: OpenCodeHome, socket_path: Path,
+    fake_provider: FakeProvider,
 ) -> Iterator[Callable[..., OpenCodeServer]]:
+    """Starts ``opencode serve``; ``warm=True`` has it run one plain turn first (and forgets
+    that turn's requests), for scenarios whose bounds must not time a cold start."""
     servers: list[OpenCodeServer] = []
 
-    def start(socket: Path | None = None, **env: str) -> OpenCodeServer:
+    def start(socket: Path | None = None, warm: bool = False, **env: str) -> OpenCodeServer:
         server = OpenCodeServer.start(
             opencode_bin, opencode_home, {"AUTORETRY_SOCKET": str(socket or socket_path), **env}
         )
         servers.append(server)
         record("opencode_start", server.started_in)
+        if warm:
+            server.warm_up()
+            fake_provider.reset()
         return server
 
     yield start

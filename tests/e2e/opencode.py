@@ -304,6 +304,11 @@ def _read_sse(response: Any, log: EventLog) -> None:
         return
 
 
+#: The bound of a fresh process's first turn: it loads the provider's SDK before its request
+#: leaves (5 s on an idle machine for 1.17.11, far longer beside a second worker and a hog).
+COLD_TURN = 60.0
+
+
 class OpenCodeServer:
     """One ``opencode serve`` process; use as a context manager or call ``stop()``."""
 
@@ -424,6 +429,23 @@ class OpenCodeServer:
 
     def abort(self, session_id: str) -> Any:
         return self.ok("POST", f"/session/{session_id}/abort")
+
+    def finished_ok(self, session_id: str) -> bool:
+        """The session's last message is an assistant reply that stopped without an error."""
+        messages = self.messages(session_id)  # empty until prompt_async's message is written
+        if not messages:
+            return False
+        last = messages[-1]["info"]
+        return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get(
+            "error")
+
+    def warm_up(self, timeout: float = COLD_TURN) -> None:
+        """One plain turn in a session of its own, so a fresh process's slow first step is
+        not timed by a scenario's bounds (nor seen by a daemon with a short stall timeout)."""
+        session = self.create_session()["id"]
+        self.prompt_async(session, "Say hello")
+        self.wait_idle(session, timeout)
+        assert self.finished_ok(session), f"the warm-up turn: {self.messages(session)[-1:]}"
 
     def wait_idle(self, session_id: str, timeout: float) -> dict[str, Any]:
         return self.events.wait_for(

@@ -68,28 +68,19 @@ def confirmed(d: DaemonProcess, session: str, count: int = 1) -> list[Any]:
     )
 
 
-def warmed_up(start_opencode, daemon, provider, config: str):
+def warmed_up(start_opencode, daemon, config: str):
     """OpenCode that has run one turn, then the daemon, connected. A fresh OpenCode can sit
     busy for seconds before its first step on a loaded machine (one CPU hog is enough), which
     a stall_timeout of a few seconds rightly takes for a stall: that first turn runs before
     the daemon starts, so the daemon sees only the scenario's turns."""
-    server = start_opencode()
-    warm = server.create_session()["id"]
-    server.prompt_async(warm, "Say hello")
-    server.wait_idle(warm, TURN)
-    assert finished_ok(server, warm), "the warm-up turn"
-    provider.reset()
+    server = start_opencode(warm=True)
     d = daemon(config=config)
     d.wait_log("connected: pid", TURN)
     return server, d
 
 
 def finished_ok(server, session: str) -> bool:
-    messages = server.messages(session)  # empty until prompt_async's message is written
-    if not messages:
-        return False
-    last = messages[-1]["info"]
-    return last["role"] == "assistant" and last.get("finish") == "stop" and not last.get("error")
+    return server.finished_ok(session)
 
 
 def toast(server, needle: str, timeout: float = TURN) -> None:
@@ -265,7 +256,7 @@ def test_s6_user_abort_is_not_continued(provider, daemon, start_opencode):
 
 @pytest.mark.opencode("session_permission_rules")
 def test_s8_waiting_for_a_permission_is_left_alone(provider, daemon, start_opencode):
-    server, d = warmed_up(start_opencode, daemon, provider, "stall_timeout = 2.0\n" + FAST_CONFIG)
+    server, d = warmed_up(start_opencode, daemon, "stall_timeout = 2.0\n" + FAST_CONFIG)
     rules = [{"permission": "bash", "pattern": "*", "action": "ask"}]
     session = server.ok("POST", "/session", {"permission": rules})["id"]
     mark = len(d.lines())
@@ -402,7 +393,7 @@ def test_s11_off_leaves_faults_alone_and_on_recovers(provider, daemon, start_ope
 
 
 def test_stalled_stream_is_aborted_then_continued(provider, daemon, start_opencode):
-    server, d = warmed_up(start_opencode, daemon, provider, "stall_timeout = 3.0\n" + FAST_CONFIG)
+    server, d = warmed_up(start_opencode, daemon, "stall_timeout = 3.0\n" + FAST_CONFIG)
     session = server.create_session()["id"]
     server.prompt_async(session, "Wait [[s:stall]]")  # headers, then silence
 

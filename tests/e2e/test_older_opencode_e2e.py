@@ -13,6 +13,7 @@ does by itself where it differs from 1.18 (``versions.py``), and the soak's shor
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -25,7 +26,6 @@ from test_daemon_e2e import (
     connect,
     continued_after,
     decisions,
-    finished_ok,
     injected,
     injections,
 )
@@ -36,7 +36,6 @@ from versions import OLDEST_SUPPORTED, behaviour
 pytestmark = pytest.mark.e2e
 
 TURN = 30.0
-COLD_TURN = 2 * TURN  # the bound of a fresh process's first turn (see ``start_opencode``)
 
 
 @pytest.fixture(scope="module")
@@ -57,22 +56,14 @@ def opencode_home(
 
 
 @pytest.fixture
-def start_opencode(start_opencode, provider):
-    """Every OpenCode this module starts has run one plain turn. A fresh 1.17.11 process's
-    first turn waits for its provider SDK to load (5 s before the request leaves on an idle
-    machine, far longer beside a second worker and a CPU hog, where a scenario's 30 s bound
-    ran out once): warmed, a scenario's bounds time only its own steps. The daemon, already
-    running, sees a healthy turn in a session of its own and decides nothing."""
-
-    def start(*args, **env):
-        server = start_opencode(*args, **env)
-        warm = server.create_session()["id"]
-        server.prompt_async(warm, "Say hello")
-        wait_until(lambda: finished_ok(server, warm), COLD_TURN, "the warm-up turn")
-        provider.reset()
-        return server
-
-    return start
+def start_opencode(start_opencode):
+    """Every OpenCode this module starts has run one plain turn (``warm=True``). A fresh
+    1.17.11 process's first turn waits for its provider SDK to load (5 s before the request
+    leaves on an idle machine, far longer beside a second worker and a CPU hog, where a
+    scenario's 30 s bound ran out once): warmed, a scenario's bounds time only its own steps.
+    The daemon, already running, sees a healthy turn in a session of its own and decides
+    nothing (its stall timeout here is the default 180 s)."""
+    return functools.partial(start_opencode, warm=True)
 
 
 def test_a_gateway_disconnect_is_continued(provider, daemon, start_opencode) -> None:

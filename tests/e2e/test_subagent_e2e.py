@@ -70,7 +70,7 @@ def report(d: DaemonProcess, *args: str) -> str:
 
 def test_a_hung_subagent_is_aborted_and_its_parent_carries_on(provider, daemon, start_opencode):
     began = time.monotonic()
-    server, d = warmed_up(start_opencode, daemon, provider, STALL_CONFIG)
+    server, d = warmed_up(start_opencode, daemon, STALL_CONFIG)
     root, child = delegate(server, provider, "stall")  # the child: headers, then silence
 
     [task_call, stalled] = provider.wait_for_requests(2, TURN)[:2]
@@ -116,7 +116,7 @@ def left_alone_lines(d: DaemonProcess, child: str, count: int, after: int) -> No
 
 def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, start_opencode):
     began = time.monotonic()
-    server, d = warmed_up(start_opencode, daemon, provider, STALL_CONFIG)
+    server, d = warmed_up(start_opencode, daemon, STALL_CONFIG)
     mark = len(d.lines())
     root, child = delegate(server, provider, "read_outside")  # the child's read asks first
     asked = server.events.wait_for(lambda e: e.get("type") == "permission.asked", TURN,
@@ -142,7 +142,7 @@ def test_a_subagent_waiting_on_a_permission_is_left_alone(provider, daemon, star
 
 def test_subagents_off_leaves_a_hung_child_alone(provider, daemon, start_opencode):
     began = time.monotonic()
-    server, d = warmed_up(start_opencode, daemon, provider,
+    server, d = warmed_up(start_opencode, daemon,
                           STALL_CONFIG + "\n[stall]\nsubagents = false\n")
     root, child = delegate(server, provider, "stall")
     provider.wait_for_requests(2, TURN)
