@@ -418,7 +418,9 @@ class Loop:
         if judged.verdict.kind is Kind.HEALTHY and settled:
             self.notifications.on_healthy(view.session_id, judged.turn, now)  # issue 10
             return self.todos.on_healthy(view, judged.turn, live, now)  # issue 9: todos left
-        if judged.decision is None:
+        if judged.decision is None:  # nothing to decide: said at debug, for a trace to show why
+            log.debug("%s judged %s: %s (turn %s)", view.session_id, judged.verdict.kind,
+                      judged.verdict.reason, judged.turn.id)
             return None
         turn, verdict, decision = judged.turn, judged.verdict, judged.decision
         # One record per failure and outcome: the duplicated idles and replays of a failure

@@ -135,3 +135,7 @@ def test_a_permission_wait_through_a_restart_is_left_alone(provider, daemon, sta
     wait_until(lambda: finished_ok(server, session), TURN, "the turn ends once answered")
     assert decisions(d, session) == [] and injections(d, session) == []
     assert injected(server, session) == []
+    # Answered, it is an ordinary session again: its next turn's fault is continued.
+    provider.script(["http400_disconnect"])
+    server.prompt_async(session, "Say hello")
+    wait_until(lambda: injected(server, session), TURN, "the next turn's fault continued")
