@@ -358,6 +358,11 @@ class Loop:
         view.status = IDLE
         view.retry_next = None
         view.tools_running.clear()
+        # OpenCode keeps a session busy while it waits on the user, so idle means nothing is
+        # asked any more (the bridge's book reads it so too): an ask whose reply event never
+        # arrived must not hold every later turn of the session as "waiting on the user".
+        view.permissions.clear()
+        view.questions.clear()
         if view.abort_requested is not None:
             # Our own abort finished: not a failure; stay quiet until the session works again.
             view.abort_requested = None

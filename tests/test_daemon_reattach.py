@@ -97,6 +97,25 @@ def test_a_named_session_waiting_on_a_permission_stays_untouched(tmp_path):
     assert h.prompts() == []
 
 
+
+def test_an_ask_whose_reply_never_arrived_ends_with_the_sessions_idle(tmp_path):
+    # The hello restores an open permission ask; its reply event is lost. Once the session is
+    # idle (OpenCode keeps it busy while it waits on the user), a later turn's failure is
+    # judged as any other, not held as "waiting for a permission answer" for good.
+    h = Harness(tmp_path)
+    sid, user = created_just_before_a_kill(h)
+    h.revive()
+    hello(h, {sid: {"status": "busy", "permissions": ["per_1"]}})
+    h.good_step(sid, user)
+    h.idle(sid)
+    assert h.loop.sessions.ensure(sid).permissions == set()
+    second = h.user(sid)
+    h.chat(sid, second)
+    h.status(sid, "busy")
+    h.blank_step(sid, second)
+    h.idle(sid)
+    assert [p.session_id for p in h.prompts()] == [sid]
+
 def test_a_named_idle_session_with_an_open_question_is_not_sent_to(tmp_path):
     h = Harness(tmp_path)
     sid, _ = created_just_before_a_kill(h)
@@ -212,16 +231,22 @@ def test_the_hello_owners_reach_the_next_heartbeat(tmp_path):
     assert beat is not None and beat.info["owners"].get(sid) == PID
 
 
-def blank_turn_decided(h: Harness, *, write_fails: bool, ticks_before_close: int = 0) -> str:
-    """A blank reply is decided and its continuation goes out at once, into a socket that is
-    being cut (the write fails, or succeeds and the bridge never reads the line); the close
-    reaches the daemon just after, or after some ticks of the loop."""
+def blank_reply_written(h: Harness) -> str:
+    """A session of the bridge's whose reply came back blank; its idle is still to come."""
     hello(h, {})
     sid = h.session()
     user = h.user(sid)
     h.chat(sid, user)
     h.status(sid, "busy")
     h.blank_step(sid, user)
+    return sid
+
+
+def blank_turn_decided(h: Harness, *, write_fails: bool, ticks_before_close: int = 0) -> str:
+    """A blank reply is decided and its continuation goes out at once, into a socket that is
+    being cut (the write fails, or succeeds and the bridge never reads the line); the close
+    reaches the daemon just after, or after some ticks of the loop."""
+    sid = blank_reply_written(h)
     if write_fails:
         h.bridge.alive = set()
     h.idle(sid)
@@ -302,12 +327,7 @@ def test_a_continuation_no_bridge_could_read_fails_at_once(tmp_path, monkeypatch
 
     monkeypatch.setattr("opencode_autoretry.daemon.actions.encode", too_long)
     h = Harness(tmp_path)
-    hello(h, {})
-    sid = h.session()
-    user = h.user(sid)
-    h.chat(sid, user)
-    h.status(sid, "busy")
-    h.blank_step(sid, user)
+    sid = blank_reply_written(h)
     h.idle(sid)
     [injection] = h.store.injections(sid)
     assert injection.state == "failed" and "too long" in (injection.error or "")
