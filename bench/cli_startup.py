@@ -3,7 +3,7 @@
     flock /tmp/autoretry-e2e.lock .venv/bin/python bench/cli_startup.py [--runs 10]
 
 Wall time of each command line (a fresh process each run, median and min of ``--runs``), and
-``python -X importtime -c "import opencode_autoretry.cli"``: the sum of every module's own
+``python -X importtime -c "import opencode_autoretry.cli.main"``: the sum of every module's own
 import time (median over the runs; importtime itself adds overhead, so compare it with
 itself) and which heavy libraries the import pulls in. Goal: ``autoretry --help`` < 150 ms.
 """
@@ -60,10 +60,10 @@ def main() -> None:
         print(f"| `{label}` | {statistics.median(times):.0f} | {min(times):.0f} |")
     totals, names = [], []
     for _ in range(args.runs):
-        total, names = importtime("opencode_autoretry.cli")
+        total, names = importtime("opencode_autoretry.cli.main")
         totals.append(total)
     pulled = [h for h in HEAVY if any(n == h or n.startswith(h + ".") for n in names)]
-    print(f"\n`import opencode_autoretry.cli`: {len(names)} modules, importtime total "
+    print(f"\n`import opencode_autoretry.cli.main`: {len(names)} modules, importtime total "
           f"{statistics.median(totals):.0f} ms (median); heavy libraries pulled in: "
           f"{', '.join(pulled) or 'none'}")
 

@@ -43,7 +43,7 @@ from opencode import (  # noqa: E402
     prepare_home,
 )
 
-from opencode_autoretry.store import StoreView  # noqa: E402
+from opencode_autoretry.store.database import StoreView  # noqa: E402
 
 PLUGIN_DEP = Path("node_modules") / "@opencode-ai" / "plugin"
 WORDS = (

@@ -32,7 +32,7 @@ from daemon_harness import machine_note, percentile, write_section
 from reports import ensure_db
 
 from opencode_autoretry.daemon.inbox import DbRows
-from opencode_autoretry.daemon.sources import DbTailer, UnownedWatch
+from opencode_autoretry.daemon.intake.sources import DbTailer, UnownedWatch
 from opencode_autoretry.models import Message, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from mimo_kmp import MimoKmpDetector  # noqa: E402
 
-from opencode_autoretry.repetition import (  # noqa: E402
+from opencode_autoretry.repetition.guard import (  # noqa: E402
     StreamGuard,
     TailPeriodDetector,
     TokenBlockDetector,
@@ -107,7 +107,7 @@ class Chunk:
 def looping_text(
     rng: random.Random, size: int, intro: tuple[int, int]
 ) -> tuple[str, list[Episode]]:
-    from opencode_autoretry.repetition import PeriodThresholds, required_repeats
+    from opencode_autoretry.repetition.guard import PeriodThresholds, required_repeats
 
     parts: list[str] = []
     episodes: list[Episode] = []

@@ -53,11 +53,11 @@ from opencode_rows import (  # noqa: E402
 
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json  # noqa: E402
 from opencode_autoretry.diagnostics.errors import build_errors, errors_json  # noqa: E402
-from opencode_autoretry.diagnostics.indexed_db import GroupMemo  # noqa: E402
+from opencode_autoretry.diagnostics.index.indexed_db import GroupMemo  # noqa: E402
+from opencode_autoretry.diagnostics.index.report_index import prepare, save  # noqa: E402
 from opencode_autoretry.diagnostics.records import DaemonRecords  # noqa: E402
-from opencode_autoretry.diagnostics.report_index import prepare, save  # noqa: E402
-from opencode_autoretry.diagnostics.timeline import build_timeline, timeline_json  # noqa: E402
-from opencode_autoretry.diagnostics.trace import build_trace, trace_json  # noqa: E402
+from opencode_autoretry.diagnostics.timeline.report import build_timeline, timeline_json  # noqa: E402
+from opencode_autoretry.diagnostics.trace.report import build_trace, trace_json  # noqa: E402
 from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
 
 SPAN_MS = 30 * 86_400_000

@@ -246,7 +246,7 @@ class Kind(StrEnum):
     RUNAWAY = "runaway"
     REPETITION = "repetition"
     STALL = "stall"
-    UNFINISHED_TODOS = "unfinished_todos"  # a healthy end with todos left (core/todos.py)
+    UNFINISHED_TODOS = "unfinished_todos"  # a healthy end with todos left (todos/continuation.py)
     SUBAGENT_STALL = "subagent_stall"  # a child session hung: aborted, never prompted (issue 9)
 
 

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from opencode_autoretry.budget import PendingRetry
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import Sessions
-from opencode_autoretry.fallback import switch_of
+from opencode_autoretry.decisions.budget import PendingRetry
+from opencode_autoretry.decisions.fallback import switch_of
+from opencode_autoretry.decisions.policy import INTERRUPTION_LABELS
+from opencode_autoretry.decisions.subagents import subagent_toast
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, Message, Session, Turn
 from opencode_autoretry.plugin_bridge.protocol import (
     Abort,
@@ -30,9 +32,7 @@ from opencode_autoretry.plugin_bridge.protocol import (
     Toast,
     encode,
 )
-from opencode_autoretry.policy import INTERRUPTION_LABELS
-from opencode_autoretry.store import InjectionRecord, Store
-from opencode_autoretry.subagents import subagent_toast
+from opencode_autoretry.store.database import InjectionRecord, Store
 
 log = logging.getLogger(__name__)
 

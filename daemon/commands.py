@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from opencode_autoretry import paths
-from opencode_autoretry.cli_args import utf8_text
+from opencode_autoretry.cli.args import utf8_text
+from opencode_autoretry.config import paths
 
 # The rest is imported by the functions that run it: `autoretry --help` lists these commands
 # and must not load the daemon, APScheduler, watchdog or sqlite-utils to do so.
 if TYPE_CHECKING:
-    from opencode_autoretry.app_context import AppContext
-    from opencode_autoretry.settings import Settings
+    from opencode_autoretry.cli.context import AppContext
+    from opencode_autoretry.config.settings import Settings
 
 log = logging.getLogger("opencode_autoretry.daemon")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -37,7 +37,7 @@ LOOP_DB_TIMEOUT_S = 1.0
 def setup_logging(settings: Settings, foreground: bool) -> None:
     import logging.handlers
 
-    from opencode_autoretry.daemon.hardening import RedactingFilter
+    from opencode_autoretry.daemon.intake.hardening import RedactingFilter
 
     settings.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
@@ -57,20 +57,20 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
 def serve(settings: Settings) -> int:
     """Run the daemon until a signal; 0 on a clean stop."""
     from opencode_autoretry.clock import SystemClock
-    from opencode_autoretry.daemon.bridges import BridgeServer
     from opencode_autoretry.daemon.inbox import Shutdown
-    from opencode_autoretry.daemon.index_keeper import IndexKeeper
+    from opencode_autoretry.daemon.intake.bridges import BridgeServer
+    from opencode_autoretry.daemon.intake.sources import DbTailer
+    from opencode_autoretry.daemon.intake.watch import WalWatcher
     from opencode_autoretry.daemon.loop import Loop
-    from opencode_autoretry.daemon.notifier import start_notifier
+    from opencode_autoretry.daemon.notifications.notifier import start_notifier
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.scheduler import RetryScheduler
-    from opencode_autoretry.daemon.sources import DbTailer
-    from opencode_autoretry.daemon.watch import WalWatcher
-    from opencode_autoretry.fallback import check_models, load_fallback
-    from opencode_autoretry.notify_config import load_notify
+    from opencode_autoretry.decisions.fallback import check_models, load_fallback
+    from opencode_autoretry.decisions.policy import load_policy
+    from opencode_autoretry.diagnostics.index.keeper import IndexKeeper
+    from opencode_autoretry.notifications.config import load_notify
     from opencode_autoretry.opencode.db import OpenCodeDB
-    from opencode_autoretry.policy import load_policy
-    from opencode_autoretry.store import Store
+    from opencode_autoretry.store.database import Store
 
     policy = load_policy(settings.policy)
     notify = load_notify(settings.notify)
@@ -126,13 +126,13 @@ def serve(settings: Settings) -> int:
 @click.pass_obj
 def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
-    from opencode_autoretry.daemon.bridges import SocketBusyError
-    from opencode_autoretry.daemon.hardening import NotPrivateError, private_state
-    from opencode_autoretry.fallback import FallbackError
-    from opencode_autoretry.notify_config import NotifyConfigError
-    from opencode_autoretry.policy import PolicyError
-    from opencode_autoretry.settings import SettingsError
-    from opencode_autoretry.store import StoreError
+    from opencode_autoretry.config.settings import SettingsError
+    from opencode_autoretry.daemon.intake.bridges import SocketBusyError
+    from opencode_autoretry.daemon.intake.hardening import NotPrivateError, private_state
+    from opencode_autoretry.decisions.fallback import FallbackError
+    from opencode_autoretry.decisions.policy import PolicyError
+    from opencode_autoretry.notifications.config import NotifyConfigError
+    from opencode_autoretry.store.database import StoreError
 
     settings = app.settings(**({"verbose": True} if verbose else {}))
     private_state(settings.store, settings.log_dir)  # before the first file is created
@@ -152,7 +152,7 @@ class StoreUnusable(click.ClickException):
 
 
 def _switch(app: AppContext, on: bool, session: str | None) -> None:
-    from opencode_autoretry.store import Store, StoreError
+    from opencode_autoretry.store.database import Store, StoreError
 
     settings = app.settings()
     try:
@@ -194,7 +194,7 @@ def off_command(app: AppContext, session: str | None) -> None:
 def status_command(app: AppContext, as_json: bool) -> None:
     """Daemon, bridges, watched sessions, budgets, pending retries and last decisions."""
     from opencode_autoretry.daemon.control import render_status, status_report
-    from opencode_autoretry.store import StoreError, StoreView
+    from opencode_autoretry.store.database import StoreError, StoreView
 
     try:
         view = StoreView.open(app.settings().store)

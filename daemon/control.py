@@ -13,10 +13,10 @@ from datetime import datetime, timedelta, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opencode_autoretry.daemon.parts import describe
-from opencode_autoretry.notify_store import status_json as notify_status
-from opencode_autoretry.notify_store import status_lines as notify_status_lines
+from opencode_autoretry.notifications.records import status_json as notify_status
+from opencode_autoretry.notifications.records import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
-from opencode_autoretry.store import StoreView
+from opencode_autoretry.store.database import StoreView
 
 if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
     from opencode_autoretry.daemon.actions import Actions
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no schedul
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.sessions import Sessions
     from opencode_autoretry.plugin_bridge.protocol import Hello, Stats
-    from opencode_autoretry.store import Store
+    from opencode_autoretry.store.database import Store
 
 
 class Loop(Protocol):

@@ -32,10 +32,10 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from opencode_autoretry.daemon.sessions import ABORT_GRACE_S, Sessions, SessionView
-from opencode_autoretry.error_kinds import classify_error
+from opencode_autoretry.decisions.error_kinds import classify_error
 from opencode_autoretry.models import Action, Kind, Message, Turn
 from opencode_autoretry.plugin_bridge.protocol import Hello
-from opencode_autoretry.store import DecisionRecord, Heartbeat
+from opencode_autoretry.store.database import DecisionRecord, Heartbeat
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from opencode_autoretry.daemon.bridges import BridgeClosed, BridgeConnected, BridgeMessage
+from opencode_autoretry.daemon.intake.bridges import BridgeClosed, BridgeConnected, BridgeMessage
 from opencode_autoretry.models import Message
 
 __all__ = ["BridgeClosed", "BridgeConnected", "BridgeMessage", "DbRows", "Shutdown", "TimerDue"]

@@ -15,10 +15,11 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
-from opencode_autoretry.budget import DecisionContext, PendingRetry, decide, new_ledger
-from opencode_autoretry.classifier import classify
 from opencode_autoretry.daemon.sessions import with_error
-from opencode_autoretry.fallback import FallbackChains, revise
+from opencode_autoretry.decisions.budget import DecisionContext, PendingRetry, decide, new_ledger
+from opencode_autoretry.decisions.classifier import classify
+from opencode_autoretry.decisions.fallback import FallbackChains, revise
+from opencode_autoretry.decisions.policy import Policy
 from opencode_autoretry.models import (
     Action,
     Decision,
@@ -30,8 +31,7 @@ from opencode_autoretry.models import (
     Verdict,
 )
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.policy import Policy
-from opencode_autoretry.store import Store
+from opencode_autoretry.store.database import Store
 
 NO_OWNER = "skip: no live owner (recorded, never injected)"
 HEADLESS = "skip: headless run, recovered by autoretry exec"

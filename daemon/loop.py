@@ -18,11 +18,10 @@ from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from opencode_autoretry.budget import PendingEvent, should_cancel_pending
 from opencode_autoretry.clock import Clock
+from opencode_autoretry.config.settings import Settings
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
-from opencode_autoretry.daemon.db_guard import DbGuard
 from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
@@ -32,12 +31,14 @@ from opencode_autoretry.daemon.inbox import (
     Shutdown,
     TimerDue,
 )
+from opencode_autoretry.daemon.intake.db_guard import DbGuard
+from opencode_autoretry.daemon.intake.sources import UnownedWatch
 from opencode_autoretry.daemon.judge import Judge, Owner
-from opencode_autoretry.daemon.notifier import DeliveryResult
-from opencode_autoretry.daemon.notify_actions import Enqueuer, Notifications
+from opencode_autoretry.daemon.notifications.actions import Enqueuer, Notifications
+from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
 from opencode_autoretry.daemon.parts import STORE, PartHealth
 from opencode_autoretry.daemon.reattach import adopt_named
-from opencode_autoretry.daemon.repetition_guard import RepetitionGuard
+from opencode_autoretry.daemon.repetition.guard import RepetitionGuard
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
     BUSY,
@@ -52,20 +53,19 @@ from opencode_autoretry.daemon.sessions import (
     stall_verdict,
     track_event,
 )
-from opencode_autoretry.daemon.sources import UnownedWatch
-from opencode_autoretry.daemon.subagent_stalls import SubagentStalls
-from opencode_autoretry.daemon.todo_guard import TodoGuard
-from opencode_autoretry.fallback import FallbackChains, load_fallback
+from opencode_autoretry.daemon.subagents.stalls import SubagentStalls
+from opencode_autoretry.daemon.todos.guard import TodoGuard
+from opencode_autoretry.decisions.budget import PendingEvent, should_cancel_pending
+from opencode_autoretry.decisions.fallback import FallbackChains, load_fallback
+from opencode_autoretry.decisions.policy import Policy
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
-from opencode_autoretry.notify_config import NotifyConfig, load_notify
+from opencode_autoretry.notifications.config import NotifyConfig, load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
 from opencode_autoretry.plugin_bridge import protocol
-from opencode_autoretry.policy import Policy
-from opencode_autoretry.settings import Settings
-from opencode_autoretry.store import Store
-from opencode_autoretry.todos import with_todo_budget
+from opencode_autoretry.store.database import Store
+from opencode_autoretry.todos.continuation import with_todo_budget
 
 log = logging.getLogger(__name__)
 

@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING
 
 import click
 
-from opencode_autoretry import paths
-from opencode_autoretry.cli_args import DAYS, days_or_none, utf8_text
+from opencode_autoretry.cli.args import DAYS, days_or_none, utf8_text
 from opencode_autoretry.clock import SystemClock
+from opencode_autoretry.config import paths
 
 # Each report imports what it runs, when it runs: `autoretry --help` lists these commands and
 # must not load the classifier, the store (sqlite-utils) or the other reports to do so.
 if TYPE_CHECKING:
-    from opencode_autoretry.app_context import AppContext
+    from opencode_autoretry.cli.context import AppContext
+    from opencode_autoretry.config.settings import Settings
+    from opencode_autoretry.diagnostics.index.report_index import IndexedReports
     from opencode_autoretry.diagnostics.records import DaemonRecords
-    from opencode_autoretry.diagnostics.report_index import IndexedReports
     from opencode_autoretry.models import Session
     from opencode_autoretry.opencode.db import OpenCodeDB
-    from opencode_autoretry.settings import Settings
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -56,7 +56,7 @@ def records_from(
     store: Path, session_id: str | None = None, since: datetime | None = None
 ) -> DaemonRecords:
     from opencode_autoretry.diagnostics.records import load_records
-    from opencode_autoretry.store import StoreError
+    from opencode_autoretry.store.database import StoreError
 
     try:
         return load_records(store, session_id, since)
@@ -70,7 +70,7 @@ def with_children(
 ) -> DaemonRecords:
     """A session's records plus the aborts of its hung subagents (issue 9)."""
     from opencode_autoretry.diagnostics.subagent_view import with_child_aborts
-    from opencode_autoretry.store import StoreError
+    from opencode_autoretry.store.database import StoreError
 
     try:
         return with_child_aborts(records, store, db, session_id, since)
@@ -114,8 +114,8 @@ def prepared_index(settings: Settings, rebuild: bool, skip: bool) -> IndexedRepo
     """The report index of OpenCode's DB, up to date (a progress bar while it is built)."""
     if skip:
         return None
+    from opencode_autoretry.diagnostics.index.report_index import prepare
     from opencode_autoretry.diagnostics.progress import scan_progress
-    from opencode_autoretry.diagnostics.report_index import prepare
 
     with scan_progress() as progress:
         return prepare(
@@ -139,10 +139,10 @@ def diagnose(
         render_diagnose,
         window_start,
     )
-    from opencode_autoretry.diagnostics.doctor import quick_summary
+    from opencode_autoretry.diagnostics.doctor.report import quick_summary
+    from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.progress import scan_progress
     from opencode_autoretry.diagnostics.render import Style
-    from opencode_autoretry.diagnostics.report_index import save
 
     settings, now = app.settings(), SystemClock().now()
     records = records_from(settings.store, since=window_start(now, days))
@@ -183,7 +183,7 @@ def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | Non
         raise click.UsageError("--json and --html are exclusive")
 
     from opencode_autoretry.diagnostics.render import Style
-    from opencode_autoretry.diagnostics.timeline import (
+    from opencode_autoretry.diagnostics.timeline.report import (
         build_timeline,
         render_timeline,
         timeline_json,
@@ -196,7 +196,7 @@ def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | Non
                                 found.id)
         report = build_timeline(db, found, records, now=now)
         if html_file is not None:
-            from opencode_autoretry.diagnostics.timeline_page import timeline_html
+            from opencode_autoretry.diagnostics.timeline.page import timeline_html
 
             write_page(html_file, timeline_html(db, report, records, now=now))
             return
@@ -237,9 +237,9 @@ def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
 def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_index: bool) -> None:
     """Each continuation with its trigger and outcome, and the decisions not to act."""
     from opencode_autoretry.diagnostics.diagnose import window_start
+    from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.render import Style
-    from opencode_autoretry.diagnostics.report_index import save
-    from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
+    from opencode_autoretry.diagnostics.trace.report import build_trace, render_trace, trace_json
 
     settings, now = app.settings(), SystemClock().now()
     days = days_or_none(scope)

@@ -41,6 +41,14 @@ from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any, TypeVar
 
+from opencode_autoretry.diagnostics.index.session_digest import (
+    Entry,
+    LazyFindings,
+    Objects,
+    cast_full,
+    kind_of,
+    loop_of,
+)
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import (
     OK,
@@ -59,14 +67,6 @@ from opencode_autoretry.diagnostics.repetition_view import (
     stop_json,
     stop_line,
 )
-from opencode_autoretry.diagnostics.session_digest import (
-    Entry,
-    LazyFindings,
-    Objects,
-    cast_full,
-    kind_of,
-    loop_of,
-)
 from opencode_autoretry.diagnostics.steps import (
     ABNORMAL_KINDS,
     ClassifiedStep,
@@ -75,7 +75,7 @@ from opencode_autoretry.diagnostics.steps import (
     classify_streamed,
     relabel_daemon_aborts,
 )
-from opencode_autoretry.diagnostics.summary import Summary, build_summary
+from opencode_autoretry.diagnostics.summary.tally import Summary, build_summary
 from opencode_autoretry.models import Kind
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
 
@@ -360,7 +360,7 @@ def diagnose_json(report: DiagnoseReport, limit: int = 20) -> str:
         },
     }
     if report.summary is not None:
-        from opencode_autoretry.diagnostics.summary_view import summary_json
+        from opencode_autoretry.diagnostics.summary.view import summary_json
 
         body["summary"] = summary_json(report.summary)
     return dump_json("diagnose", body)
@@ -379,7 +379,7 @@ def _title_lines(report: DiagnoseReport, style: Style) -> list[str]:
     window = "all time" if report.since is None else f"last {report.days} days"
     lines = [style.head(f"autoretry diagnose — {window}"), RULE]
     if report.summary is not None:
-        from opencode_autoretry.diagnostics.summary_view import render_summary
+        from opencode_autoretry.diagnostics.summary.view import render_summary
 
         lines += [render_summary(report.summary, style), RULE]
     return lines

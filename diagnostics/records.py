@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from opencode_autoretry.models import Message
-from opencode_autoretry.notify_store import NotificationRecord, notifications
-from opencode_autoretry.store import (
+from opencode_autoretry.notifications.records import NotificationRecord, notifications
+from opencode_autoretry.store.database import (
     DecisionRecord,
     Heartbeat,
     InjectionRecord,

@@ -17,7 +17,7 @@ from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import Style, excerpt, iso, short_id
 from opencode_autoretry.models import Kind, Message, Part, PartType, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store import DecisionRecord, InjectionRecord, TrimRecord
+from opencode_autoretry.store.database import DecisionRecord, InjectionRecord, TrimRecord
 
 REPETITION = str(Kind.REPETITION)
 SEND_ACTIONS = ("abort_then_inject", "inject", "inject_at")

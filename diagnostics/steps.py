@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, cast
 
-from opencode_autoretry.classifier import classify
+from opencode_autoretry.decisions.classifier import classify
 from opencode_autoretry.diagnostics.records import DaemonRecords, daemon_abort_for
 from opencode_autoretry.models import Kind, LiveFacts, Message, Role, Turn, Verdict, to_epoch_ms
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
@@ -117,7 +117,7 @@ def _classify_group(
 
 
 class StepMemo(Protocol):
-    """Remembers classifications (diagnostics/indexed_db.py): ``classify`` must return
+    """Remembers classifications (diagnostics/index/indexed_db.py): ``classify`` must return
     exactly what ``classify_rows`` would (it calls it for what it does not remember)."""
 
     def classify(

@@ -20,12 +20,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from opencode_autoretry.decisions.subagents import hung_seconds
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import Style, iso, short_id
 from opencode_autoretry.models import Kind, Role, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store import DecisionRecord, StoreView
-from opencode_autoretry.subagents import hung_seconds
+from opencode_autoretry.store.database import DecisionRecord, StoreView
 
 ABORTED = "abort"
 

@@ -19,7 +19,7 @@ from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import Style, excerpt, iso, short_id
 from opencode_autoretry.models import Kind, Message, PartType, Role, ToolStatus, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store import DecisionRecord, InjectionRecord
+from opencode_autoretry.store.database import DecisionRecord, InjectionRecord
 
 TODOS = str(Kind.UNFINISHED_TODOS)
 _NAMED = re.compile(r"^- \[(?P<status>[\w-]+)\] (?P<content>.+)$", re.MULTILINE)

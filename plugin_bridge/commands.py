@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from opencode_autoretry import paths
+from opencode_autoretry.config import paths
 
 # The installer (hashing, sockets, package resources) is imported by the commands that run it,
 # so `autoretry --help` stays quick.
 if TYPE_CHECKING:
-    from opencode_autoretry.app_context import AppContext
+    from opencode_autoretry.cli.context import AppContext
     from opencode_autoretry.plugin_bridge import install as installer
 
 CONFIG_OPTION = click.option(

@@ -13,14 +13,14 @@ from typing import Any
 
 from opencode_rows import BASE_MS, OpenCodeRows, api_error, tokens
 
-from opencode_autoretry.daemon.bridges import BridgeClosed, BridgeConnected, BridgeMessage
+from opencode_autoretry.config.settings import Settings
+from opencode_autoretry.daemon.intake.bridges import BridgeClosed, BridgeConnected, BridgeMessage
 from opencode_autoretry.daemon.loop import Loop
+from opencode_autoretry.decisions.policy import load_policy
 from opencode_autoretry.models import from_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.plugin_bridge import protocol
-from opencode_autoretry.policy import load_policy
-from opencode_autoretry.settings import Settings
-from opencode_autoretry.store import Store
+from opencode_autoretry.store.database import Store
 
 START = from_epoch_ms(BASE_MS) or datetime(2026, 11, 30, tzinfo=UTC)
 CONN = "b1"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from opencode_autoretry.cli import main
+from opencode_autoretry.cli.main import main
 from opencode_autoretry.plugin_bridge import install
 from opencode_autoretry.plugin_bridge.install import COMMAND, PLUGIN, Action, FileState
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from opencode_autoretry.cli import main
+from opencode_autoretry.cli.main import main
 
 
 @pytest.fixture()

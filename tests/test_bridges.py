@@ -1,4 +1,4 @@
-"""daemon/bridges.py: the Unix-socket server, driven by plain socket clients."""
+"""daemon/intake/bridges.py: the Unix-socket server, driven by plain socket clients."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_autoretry.daemon.bridges import (
+from opencode_autoretry.daemon.intake.bridges import (
     BridgeClosed,
     BridgeConnected,
     BridgeMessage,

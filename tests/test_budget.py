@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from opencode_autoretry.budget import DecisionContext, PendingRetry, decide, new_ledger
+from opencode_autoretry.decisions.budget import DecisionContext, PendingRetry, decide, new_ledger
+from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS, Policy, load_policy
 from opencode_autoretry.models import (
     GROUP_OF_KIND,
     Action,
@@ -17,7 +18,6 @@ from opencode_autoretry.models import (
     TurnLedger,
     Verdict,
 )
-from opencode_autoretry.policy import INTERRUPTION_GROUPS, Policy, load_policy
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 POLICY = Policy()

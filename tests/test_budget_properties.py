@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from opencode_autoretry.budget import (
+from opencode_autoretry.decisions.budget import (
     DecisionContext,
     PendingEvent,
     PendingRetry,
@@ -37,6 +37,7 @@ from opencode_autoretry.budget import (
     new_ledger,
     should_cancel_pending,
 )
+from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS, Policy, load_policy
 from opencode_autoretry.models import (
     GROUP_OF_KIND,
     Action,
@@ -50,7 +51,6 @@ from opencode_autoretry.models import (
     TurnLedger,
     Verdict,
 )
-from opencode_autoretry.policy import INTERRUPTION_GROUPS, Policy, load_policy
 
 MAX_EXAMPLES = int(os.environ.get("AUTORETRY_BUDGET_EXAMPLES") or 1000)
 MIN_EVENTS = 8

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from opencode_autoretry.budget import (
+from opencode_autoretry.decisions.budget import (
     PendingEvent,
     PendingRetry,
     advance_turn,

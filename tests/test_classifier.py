@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from opencode_autoretry.classifier import classify
+from opencode_autoretry.decisions.classifier import classify
 from opencode_autoretry.models import (
     ErrorInfo,
     Kind,

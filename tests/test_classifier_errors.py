@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from opencode_autoretry.classifier import classify_error
+from opencode_autoretry.decisions.classifier import classify_error
 from opencode_autoretry.models import ErrorInfo, Kind
 
 SOCKET_CLOSED = (

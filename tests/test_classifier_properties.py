@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opencode_autoretry.classifier import RETRYABLE_KINDS, classify, classify_error
+from opencode_autoretry.decisions.classifier import RETRYABLE_KINDS, classify, classify_error
 from opencode_autoretry.models import (
     ErrorInfo,
     Kind,

@@ -11,14 +11,14 @@ HEAVY = (
     "sqlite_utils",
     "watchdog",
     "opencode_autoretry.daemon.loop",
-    "opencode_autoretry.store",
-    "opencode_autoretry.classifier",
+    "opencode_autoretry.store.database",
+    "opencode_autoretry.decisions.classifier",
 )
 
 # A fresh interpreter: this test process has long imported everything.
 PROBE = """
 import json, sys
-from opencode_autoretry.cli import main
+from opencode_autoretry.cli.main import main
 try:
     main(["--help"])
 except SystemExit:

@@ -14,7 +14,7 @@ from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
 from opencode_rows import aborted_error  # noqa: E402
 
 from opencode_autoretry.daemon.gap import LOOKBACK, OWNER_GRACE  # noqa: E402
-from opencode_autoretry.store import Store  # noqa: E402
+from opencode_autoretry.store.database import Store  # noqa: E402
 
 
 def owned_session(h: Harness) -> tuple[str, str]:

@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import Harness, disconnect  # noqa: E402
 
 from opencode_autoretry.daemon import control  # noqa: E402
-from opencode_autoretry.daemon.bridges import BridgeConnected, BridgeServer  # noqa: E402
+from opencode_autoretry.daemon.intake.bridges import BridgeConnected, BridgeServer  # noqa: E402
 from opencode_autoretry.daemon.loop import Loop  # noqa: E402
 from opencode_autoretry.daemon.parts import OPENCODE_DB, SOCKET, STORE  # noqa: E402
 from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
 from opencode_autoretry.opencode.dbtypes import DbUnreadable  # noqa: E402
-from opencode_autoretry.store import Store, StoreView  # noqa: E402
+from opencode_autoretry.store.database import Store, StoreView  # noqa: E402
 
 WAIT = 5.0
 

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
 from opencode_rows import aborted_error, tokens  # noqa: E402
 
+from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS  # noqa: E402
 from opencode_autoretry.models import BudgetGroup  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.policy import INTERRUPTION_GROUPS  # noqa: E402
 
 EXAMPLES = int(os.environ.get("AUTORETRY_MODEL_EXAMPLES", "150"))
 FAULTS = ("healthy", "blank", "disconnect", "tool_as_text", "length", "tool_turn")

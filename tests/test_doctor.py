@@ -18,22 +18,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from opencode_rows import OpenCodeRows  # noqa: E402
 
-from opencode_autoretry.cli import main  # noqa: E402
-from opencode_autoretry.diagnostics.doctor import (  # noqa: E402
+from opencode_autoretry.cli.main import main  # noqa: E402
+from opencode_autoretry.config.settings import Settings  # noqa: E402
+from opencode_autoretry.diagnostics.doctor.checks import Status, Subject  # noqa: E402
+from opencode_autoretry.diagnostics.doctor.machine import (  # noqa: E402
+    Machine,
+    ProcessInfo,
+    is_opencode,
+)
+from opencode_autoretry.diagnostics.doctor.report import (  # noqa: E402
     doctor_json,
     render_doctor,
     run_checks,
     summary_line,
 )
-from opencode_autoretry.diagnostics.doctor_checks import Status, Subject  # noqa: E402
-from opencode_autoretry.diagnostics.doctor_machine import (  # noqa: E402
-    Machine,
-    ProcessInfo,
-    is_opencode,
-)
 from opencode_autoretry.plugin_bridge import install as installer  # noqa: E402
-from opencode_autoretry.settings import Settings  # noqa: E402
-from opencode_autoretry.store import Heartbeat  # noqa: E402
+from opencode_autoretry.store.database import Heartbeat  # noqa: E402
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 DAEMON_PID = 5151

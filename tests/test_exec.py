@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import FakeClock, Harness, disconnect  # noqa: E402
 from opencode_rows import OpenCodeRows, api_error, tokens  # noqa: E402
 
-from opencode_autoretry.daemon.headless import (  # noqa: E402
+from opencode_autoretry.daemon.headless.run import (  # noqa: E402
     ENV_MARKER,
     ENV_SESSION,
     EXIT_GAVE_UP,
@@ -26,12 +26,12 @@ from opencode_autoretry.daemon.headless import (  # noqa: E402
     exit_status,
 )
 from opencode_autoretry.daemon.judge import HEADLESS  # noqa: E402
+from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
 from opencode_autoretry.models import from_epoch_ms  # noqa: E402
 from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
 from opencode_autoretry.opencode.run_args import RunArgsError, parse_run  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.policy import load_policy  # noqa: E402
-from opencode_autoretry.store import Store  # noqa: E402
+from opencode_autoretry.store.database import Store  # noqa: E402
 
 # -- the command line ---------------------------------------------------------------------------
 
@@ -272,7 +272,7 @@ def test_a_named_session_is_the_one_judged(world: World):
 def test_the_daemon_skips_a_session_of_an_exec_bridge_without_spending(tmp_path: Path):
     h = Harness(tmp_path)
     hello = protocol.Hello(pid=7, directory="/work/project", exec=True)
-    from opencode_autoretry.daemon.bridges import BridgeConnected
+    from opencode_autoretry.daemon.intake.bridges import BridgeConnected
     h.loop.handle(BridgeConnected("b1", hello, h.clock.now()))
     sid = h.session()
     turn = h.user(sid)
@@ -286,7 +286,7 @@ def test_the_daemon_skips_a_session_of_an_exec_bridge_without_spending(tmp_path:
 
 
 def test_the_daemon_never_sends_an_intent_of_exec_even_after_its_bridge_closed(tmp_path: Path):
-    from opencode_autoretry.daemon.bridges import BridgeConnected
+    from opencode_autoretry.daemon.intake.bridges import BridgeConnected
     from opencode_autoretry.models import Action, Decision, Kind
     h = Harness(tmp_path)
     h.loop.handle(BridgeConnected("b1", protocol.Hello(pid=7, directory="/p", exec=True),
@@ -322,7 +322,7 @@ def test_a_signal_is_passed_on_to_the_running_child_and_stops_the_recovery(world
 
 
 def test_the_runs_directory_is_its_cwd_or_pwd_with_dir_on_top():
-    from opencode_autoretry.daemon.headless import run_directories
+    from opencode_autoretry.daemon.headless.run import run_directories
     run = parse_run(["opencode", "run", "x"])
     assert run_directories(run, "/a", "/b") == {"/a", "/b"}
     assert run_directories(run, "/a", None) == {"/a"}

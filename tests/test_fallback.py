@@ -16,15 +16,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import Harness  # noqa: E402
 from opencode_rows import api_error  # noqa: E402
 
-from opencode_autoretry.budget import DecisionContext, decide, new_ledger  # noqa: E402
-from opencode_autoretry.classifier import classify  # noqa: E402
-from opencode_autoretry.fallback import (  # noqa: E402
+from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger  # noqa: E402
+from opencode_autoretry.decisions.classifier import classify  # noqa: E402
+from opencode_autoretry.decisions.fallback import (  # noqa: E402
     FallbackError,
     check_models,
     load_fallback,
     revise,
     switch_of,
 )
+from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
 from opencode_autoretry.models import (  # noqa: E402
     Action,
     BudgetGroup,
@@ -37,7 +38,6 @@ from opencode_autoretry.models import (  # noqa: E402
     Verdict,
 )
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.policy import load_policy  # noqa: E402
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 POLICY = load_policy({})

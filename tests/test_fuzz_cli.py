@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fuzzing import FUZZ, report, tried  # noqa: E402
 from opencode_rows import OpenCodeRows  # noqa: E402
 
-from opencode_autoretry.cli import main  # noqa: E402
+from opencode_autoretry.cli.main import main  # noqa: E402
 
 COMMANDS = [["diagnose"], ["timeline"], ["errors"], ["trace"], ["on"], ["off"], ["status"],
             ["bridge", "install"], ["bridge", "uninstall"], ["bridge", "status"], ["bridge"],

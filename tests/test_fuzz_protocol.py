@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fuzzing import FUZZ, dumps, report, shaped, tried  # noqa: E402
 
-from opencode_autoretry.daemon.bridges import BridgeServer, LineSplitter  # noqa: E402
+from opencode_autoretry.daemon.intake.bridges import BridgeServer, LineSplitter  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
 
 REASONS = {"bad_json", "not_object", "bad_version", "bad_type", "missing_field", "bad_field",

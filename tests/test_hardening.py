@@ -22,11 +22,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_fakes import Harness, disconnect, drain  # noqa: E402
 
-from opencode_autoretry.daemon import hardening  # noqa: E402
-from opencode_autoretry.daemon.bridges import BridgeServer  # noqa: E402
 from opencode_autoretry.daemon.commands import setup_logging  # noqa: E402
+from opencode_autoretry.daemon.intake import hardening  # noqa: E402
+from opencode_autoretry.daemon.intake.bridges import BridgeServer  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.store import Store  # noqa: E402
+from opencode_autoretry.store.database import Store  # noqa: E402
 
 SECRET = "sk-live-7f3a9c1e5b2d4f6a8c0e"  # an API key shape: must never reach a log
 CONVERSATION = "the user's private paragraph " * 40
@@ -158,7 +158,7 @@ def test_state_is_created_private_and_older_open_files_are_tightened(
 def test_the_daemon_log_is_created_0600(tmp_path: Path, umask_restored: None) -> None:
     from dataclasses import replace
 
-    from opencode_autoretry.settings import Settings
+    from opencode_autoretry.config.settings import Settings
 
     settings = replace(Settings(), store=tmp_path / "s" / "a.db", log_dir=tmp_path / "s" / "log")
     hardening.private_state(settings.store, settings.log_dir)
@@ -255,7 +255,7 @@ def test_status_and_the_heartbeat_carry_the_dropped_line_counts(tmp_path: Path) 
     from datetime import timedelta
 
     from opencode_autoretry.daemon.control import render_status, status_report
-    from opencode_autoretry.store import StoreView
+    from opencode_autoretry.store.database import StoreView
 
     inbox: queue.Queue[object] = queue.Queue()
     with BridgeServer(tmp_path / "d.sock", inbox) as server:
@@ -308,7 +308,7 @@ def test_ids_and_ordinary_lines_are_left_alone() -> None:
 def test_the_daemon_log_redacts_a_key_in_a_provider_error(tmp_path: Path, umask_restored) -> None:
     from dataclasses import replace
 
-    from opencode_autoretry.settings import Settings
+    from opencode_autoretry.config.settings import Settings
 
     settings = replace(Settings(), store=tmp_path / "s" / "a.db", log_dir=tmp_path / "s" / "log")
     root = logging.getLogger()

@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from opencode_autoretry.budget import DecisionContext, decide, new_ledger
+from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger
+from opencode_autoretry.decisions.policy import load_policy
 from opencode_autoretry.models import Action, Decision, Kind, Verdict
-from opencode_autoretry.notification import (
+from opencode_autoretry.notifications.events import (
     TERMINAL_SKIP_REASON,
     Admission,
     Notification,
@@ -18,7 +19,6 @@ from opencode_autoretry.notification import (
     ntfy_request,
     slack_body,
 )
-from opencode_autoretry.policy import load_policy
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 

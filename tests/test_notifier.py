@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from notify_sink import WebhookSink  # noqa: E402
 
-from opencode_autoretry.daemon.notifier import (  # noqa: E402
+from opencode_autoretry.daemon.notifications.notifier import (  # noqa: E402
     CommandChannel,
     DeliveryResult,
     DesktopChannel,
@@ -25,8 +25,8 @@ from opencode_autoretry.daemon.notifier import (  # noqa: E402
     desktop_program,
     send_test,
 )
-from opencode_autoretry.notification import Notification, NotifyEvent  # noqa: E402
-from opencode_autoretry.notify_config import load_notify  # noqa: E402
+from opencode_autoretry.notifications.config import load_notify  # noqa: E402
+from opencode_autoretry.notifications.events import Notification, NotifyEvent  # noqa: E402
 
 NOTE = Notification(NotifyEvent.GAVE_UP, "ses_a", datetime(2026, 12, 1, tzinfo=UTC), "why",
                     title="T", directory="/p", turn_id="msg_u", kind="blank", attempts=2, budget=2)
@@ -125,7 +125,7 @@ def test_notify_test_reports_each_channel(sink, tmp_path):
 def test_the_notify_test_command(sink, tmp_path):
     from click.testing import CliRunner
 
-    from opencode_autoretry.cli import main
+    from opencode_autoretry.cli.main import main
 
     config = tmp_path / "config.toml"
     config.write_text(f'[notify]\nwebhook = "{sink.url}"\n')
@@ -142,7 +142,7 @@ def test_the_notify_test_command(sink, tmp_path):
 
 
 def test_start_up_warns_when_no_desktop_notifier_exists(caplog, monkeypatch):
-    import opencode_autoretry.daemon.notifier as notifier_module
+    import opencode_autoretry.daemon.notifications.notifier as notifier_module
 
     monkeypatch.setattr(notifier_module, "desktop_program", lambda: None)
     assert notifier_module.start_notifier(load_notify({}), lambda r: None) is None

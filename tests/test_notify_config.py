@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from opencode_autoretry.notify_config import (
+from opencode_autoretry.config.settings import resolve
+from opencode_autoretry.notifications.config import (
     DEFAULT_EVENTS,
     NotifyConfig,
     NotifyConfigError,
@@ -12,7 +13,6 @@ from opencode_autoretry.notify_config import (
     redact_url,
     scrub,
 )
-from opencode_autoretry.settings import resolve
 
 
 def test_defaults_send_nothing_and_leave_recovered_out():

@@ -14,9 +14,9 @@ from daemon_fakes import Harness  # noqa: E402
 from opencode_rows import api_error  # noqa: E402
 
 from opencode_autoretry.daemon.loop import Loop  # noqa: E402
-from opencode_autoretry.daemon.notifier import DeliveryResult  # noqa: E402
-from opencode_autoretry.notification import Notification  # noqa: E402
-from opencode_autoretry.notify_store import notifications  # noqa: E402
+from opencode_autoretry.daemon.notifications.notifier import DeliveryResult  # noqa: E402
+from opencode_autoretry.notifications.events import Notification  # noqa: E402
+from opencode_autoretry.notifications.records import notifications  # noqa: E402
 from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
 
 
@@ -200,7 +200,7 @@ def test_status_shows_deliveries(tmp_path):
 def test_trace_lists_the_deliveries(tmp_path):
     from opencode_autoretry.diagnostics.records import load_records
     from opencode_autoretry.diagnostics.render import Style
-    from opencode_autoretry.diagnostics.trace import build_trace, render_trace, trace_json
+    from opencode_autoretry.diagnostics.trace.report import build_trace, render_trace, trace_json
 
     h, fake = harness(tmp_path)
     sid, _ = blank_turn(h)

@@ -6,9 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from opencode_autoretry.budget import load_policy as load_policy_via_budget
-from opencode_autoretry.models import BudgetGroup, Kind
-from opencode_autoretry.policy import (
+from opencode_autoretry.decisions.budget import load_policy as load_policy_via_budget
+from opencode_autoretry.decisions.policy import (
     DEFAULT_MESSAGES,
     HINT_MAX_SECONDS,
     INTERRUPTION_GROUPS,
@@ -22,6 +21,7 @@ from opencode_autoretry.policy import (
     load_policy,
     retry_delay,
 )
+from opencode_autoretry.models import BudgetGroup, Kind
 
 SEED = GroupBudget(max_retries=2, initial_delay=5.0, max_delay=10.0)
 MIMO_STREAM = GroupBudget(max_retries=5, initial_delay=2.0, max_delay=30.0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_autoretry.repetition import (
+from opencode_autoretry.repetition.guard import (
     TRIM_NOTICE,
     Detection,
     StreamGuard,

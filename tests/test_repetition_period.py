@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from opencode_autoretry.repetition_period import (
+from opencode_autoretry.repetition.period import (
     Detection,
     FenceTracker,
     PeriodThresholds,

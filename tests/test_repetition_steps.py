@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from opencode_autoretry.repetition_steps import (
+from opencode_autoretry.repetition.steps import (
     CrossStepDetector,
     StepSummary,
     canonical_json,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from opencode_autoretry.repetition_tokens import (
+from opencode_autoretry.repetition.tokens import (
     TokenBlockDetector,
     TokenBlockLimits,
     is_separator_row,

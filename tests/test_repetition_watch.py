@@ -1,4 +1,4 @@
-"""daemon/repetition_watch.py (live and cross-step loops from bridge events), the trim it
+"""daemon/repetition/watch.py (live and cross-step loops from bridge events), the trim it
 produces (protocol), and the store's trims table."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from opencode_autoretry.daemon.repetition_watch import (
+from opencode_autoretry.daemon.repetition.watch import (
     REASONING,
     STEPS,
     TEXT,
@@ -17,8 +17,8 @@ from opencode_autoretry.daemon.repetition_watch import (
 from opencode_autoretry.models import Kind
 from opencode_autoretry.plugin_bridge import protocol
 from opencode_autoretry.plugin_bridge.protocol import Config, Trim
-from opencode_autoretry.repetition import StepSummary
-from opencode_autoretry.store import Store, StoreView
+from opencode_autoretry.repetition.guard import StepSummary
+from opencode_autoretry.store.database import Store, StoreView
 
 SES = "ses_a"
 LOOP = "The same sentence comes again and again. "

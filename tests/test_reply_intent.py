@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from opencode_autoretry.reply_intent import Intent, read_intent
+from opencode_autoretry.todos.reply_intent import Intent, read_intent
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_autoretry.reply_intent import Intent, read_intent
+from opencode_autoretry.todos.reply_intent import Intent, read_intent
 
 CORPUS = Path(__file__).parent / "fixtures" / "reply_intent" / "corpus.txt"
 FIGURES = CORPUS.with_name("figures.txt")

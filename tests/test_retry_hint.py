@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from opencode_autoretry.decisions.retry_hint import MAX_HINT_MS, MIN_HINT_MS, retry_hint_ms
 from opencode_autoretry.models import ErrorInfo
-from opencode_autoretry.retry_hint import MAX_HINT_MS, MIN_HINT_MS, retry_hint_ms
 
 NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_autoretry.settings import SettingsError, resolve
+from opencode_autoretry.config.settings import SettingsError, resolve
 
 
 def write(tmp_path, text):

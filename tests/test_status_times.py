@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from opencode_autoretry.cli import main
+from opencode_autoretry.cli.main import main
 from opencode_autoretry.daemon.control import local_time
 from opencode_autoretry.models import Action, Decision, Kind
-from opencode_autoretry.store import Store
+from opencode_autoretry.store.database import Store
 
 T0 = datetime(2026, 11, 30, 15, 30, tzinfo=UTC)
 STARTED = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

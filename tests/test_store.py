@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, TurnLedger
-from opencode_autoretry.store import Store, StoreError, StoreView
+from opencode_autoretry.store.database import Store, StoreError, StoreView
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -152,7 +152,7 @@ def test_store_file_is_private(tmp_path):
 
 
 def test_migration_from_version_1_keeps_ledgers(tmp_path):
-    from opencode_autoretry.store import MIGRATIONS
+    from opencode_autoretry.store.database import MIGRATIONS
 
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)

@@ -13,17 +13,17 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import Harness  # noqa: E402
 from opencode_rows import aborted_error  # noqa: E402
 
-from opencode_autoretry.budget import DecisionContext, decide, new_ledger  # noqa: E402
-from opencode_autoretry.models import Action, Kind, LiveFacts  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.policy import load_policy  # noqa: E402
-from opencode_autoretry.settings import SettingsError, resolve  # noqa: E402
-from opencode_autoretry.subagents import (  # noqa: E402
+from opencode_autoretry.config.settings import SettingsError, resolve  # noqa: E402
+from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger  # noqa: E402
+from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
+from opencode_autoretry.decisions.subagents import (  # noqa: E402
     OFF_REASON,
     hung_seconds,
     subagent_stall_verdict,
     subagent_toast,
 )
+from opencode_autoretry.models import Action, Kind, LiveFacts  # noqa: E402
+from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 VERDICT = subagent_stall_verdict(182.4, "msg_child_step")

@@ -6,7 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from opencode_autoretry.budget import DecisionContext, decide, new_ledger
+from opencode_autoretry.config.settings import SettingsError
+from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger
+from opencode_autoretry.decisions.policy import load_policy
 from opencode_autoretry.models import (
     Action,
     BudgetGroup,
@@ -17,9 +19,7 @@ from opencode_autoretry.models import (
     Role,
     Turn,
 )
-from opencode_autoretry.policy import load_policy
-from opencode_autoretry.settings import SettingsError
-from opencode_autoretry.todos import (
+from opencode_autoretry.todos.continuation import (
     Todo,
     TodoConfig,
     continuation_text,
@@ -176,7 +176,7 @@ def test_config_defaults_and_validation():
 def test_run_refuses_a_bad_todos_table_naming_the_key(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
-    from opencode_autoretry.cli import main
+    from opencode_autoretry.cli.main import main
 
     config = tmp_path / "config.toml"
     config.write_text("[todos]\ncountdown = \"soon\"\n")
@@ -188,7 +188,7 @@ def test_run_refuses_a_bad_todos_table_naming_the_key(tmp_path, monkeypatch):
 
 
 def test_budgets_todos_is_refused_in_favour_of_the_todos_table():
-    from opencode_autoretry.policy import PolicyError
+    from opencode_autoretry.decisions.policy import PolicyError
 
     with pytest.raises(PolicyError, match=r"budgets.todos: set \[todos\]"):
         with_todo_budget(load_policy({"budgets": {"todos": {"max_retries": 5}}}), TodoConfig())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_autoretry.daemon.bridges import BridgeServer
+from opencode_autoretry.daemon.intake.bridges import BridgeServer
 from opencode_autoretry.opencode import versions
 from opencode_autoretry.plugin_bridge import protocol
 
@@ -47,7 +47,7 @@ def _hello(path: Path, version: str | None) -> None:
 
 
 def test_the_daemon_warns_once_per_untested_version(tmp_path: Path, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="opencode_autoretry.daemon.bridges")
+    caplog.set_level(logging.WARNING, logger="opencode_autoretry.daemon.intake.bridges")
     with BridgeServer(tmp_path / "d.sock", queue.Queue()) as server:
         for version in ("1.18.33", "1.15.13", "1.15.13", "1.15.4"):
             _hello(server.path, version)

@@ -52,7 +52,7 @@ from opencode_autoretry.opencode.shapes import (
     parse_part,
     parse_session,
 )
-from opencode_autoretry.todos import Todo
+from opencode_autoretry.todos.continuation import Todo
 
 BUSY_TIMEOUT_S = 5.0
 REQUIRED_TABLES = ("session", "message", "part")

@@ -1,4 +1,4 @@
-"""The host SQL the report index needs (diagnostics/index_sync.py), on a read-only connection.
+"""The host SQL the report index needs (diagnostics/index/sync.py), on a read-only connection.
 
 ``IndexSource`` is an ``OpenCodeDB`` that also reads what an incremental index has to know:
 rowid watermarks and the id at a rowid (to notice a VACUUM that renumbered rows), the report

@@ -88,7 +88,7 @@ export function encodeMessage(type, fields) {
   return JSON.stringify({ v: PROTOCOL_VERSION, type, ...fields }) + "\n"
 }
 
-// Where the daemon listens; mirrors opencode_autoretry.paths.socket_path().
+// Where the daemon listens; mirrors opencode_autoretry.config.paths.socket_path().
 export function socketPath(env = process.env, home = os.homedir()) {
   if (env.AUTORETRY_SOCKET) return env.AUTORETRY_SOCKET.replace(/^~(?=\/|$)/, home)
   if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "opencode-autoretry", "daemon.sock")

@@ -25,7 +25,7 @@ from opencode_rows import (  # noqa: E402
 )
 
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind  # noqa: E402
-from opencode_autoretry.store import Store  # noqa: E402
+from opencode_autoretry.store.database import Store  # noqa: E402
 
 NOW = datetime.fromtimestamp(BASE_MS / 1000, tz=UTC) + timedelta(days=1)
 OLD_MS = BASE_MS - 10 * 86_400_000  # outside "diagnose 7"
@@ -203,7 +203,7 @@ def run_report(db: Path, store: Path, *args: str) -> Result:
     """``autoretry --db DB --store STORE ARGS`` at the fixed ``NOW``."""
     from freezegun import freeze_time
 
-    from opencode_autoretry.cli import main
+    from opencode_autoretry.cli.main import main
 
     with freeze_time(NOW):
         return CliRunner().invoke(main, ["--db", str(db), "--store", str(store), *args])

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from opencode_autoretry.classifier import classify
+from opencode_autoretry.decisions.classifier import classify
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.models import Kind, Message, Role, Turn

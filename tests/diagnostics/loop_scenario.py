@@ -15,12 +15,12 @@ from pathlib import Path
 
 from opencode_rows import OpenCodeRows, aborted_error, tokens
 
-from opencode_autoretry.budget import DecisionContext, decide
-from opencode_autoretry.daemon.repetition_watch import LoopFound, live_loop, step_loop
+from opencode_autoretry.daemon.repetition.watch import LoopFound, live_loop, step_loop
+from opencode_autoretry.decisions.budget import DecisionContext, decide
+from opencode_autoretry.decisions.policy import load_policy
 from opencode_autoretry.models import Action, TurnLedger
-from opencode_autoretry.policy import load_policy
-from opencode_autoretry.repetition import Detection, StepLoop, TailPeriodDetector
-from opencode_autoretry.store import Store
+from opencode_autoretry.repetition.guard import Detection, StepLoop, TailPeriodDetector
+from opencode_autoretry.store.database import Store
 
 INTRO = "Here is the plan for the report. First I will read the notes. "
 BLOCK = "I will now check the file again. "

@@ -7,7 +7,7 @@ import pytest
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.steps import ClassifiedStep, relabel_daemon_aborts
 from opencode_autoretry.models import ErrorInfo, Kind, Message, Role, Turn, Verdict
-from opencode_autoretry.store import DecisionRecord
+from opencode_autoretry.store.database import DecisionRecord
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 ABORTED = ErrorInfo("MessageAbortedError", "Aborted")

@@ -22,9 +22,9 @@ from exhaustive_db import ExhaustiveDB
 from opencode_rows import OpenCodeRows, aborted_error, api_error, dumps, step_finish, tokens
 
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json
+from opencode_autoretry.diagnostics.index.report_index import prepare, save
 from opencode_autoretry.diagnostics.records import DaemonRecords
-from opencode_autoretry.diagnostics.report_index import prepare, save
-from opencode_autoretry.diagnostics.trace import build_trace, trace_json
+from opencode_autoretry.diagnostics.trace.report import build_trace, trace_json
 from opencode_autoretry.opencode.db import OpenCodeDB
 
 BRIDGE = Path("/nonexistent/autoretry.js")

@@ -7,8 +7,8 @@ from datetime import timedelta, timezone
 
 from conftest import NOW, Seeded
 
-from opencode_autoretry.diagnostics.indexed_db import lean_step
-from opencode_autoretry.diagnostics.memo_codec import decode, encode
+from opencode_autoretry.diagnostics.index.indexed_db import lean_step
+from opencode_autoretry.diagnostics.index.memo_codec import decode, encode
 from opencode_autoretry.diagnostics.steps import ClassifiedStep, classify_rows
 from opencode_autoretry.models import ErrorInfo
 from opencode_autoretry.opencode.db import OpenCodeDB

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from opencode_autoretry.cli import main
+from opencode_autoretry.cli.main import main
 
 REPORTS = [
     ("diagnose", "0"),

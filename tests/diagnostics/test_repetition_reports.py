@@ -13,7 +13,7 @@ from loop_scenario import LOOPING_TEXT, LoopSeed, seed_loops
 
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.repetition_view import RepetitionStop, repetition_stops
-from opencode_autoretry.store import DecisionRecord, TrimRecord
+from opencode_autoretry.store.database import DecisionRecord, TrimRecord
 
 AT = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

@@ -10,12 +10,12 @@ from pathlib import Path
 from click.testing import Result
 from conftest import NOW, Seeded
 
-from opencode_autoretry.daemon.index_keeper import IndexKeeper
 from opencode_autoretry.diagnostics.diagnose import build_diagnose
+from opencode_autoretry.diagnostics.index.keeper import IndexKeeper
+from opencode_autoretry.diagnostics.index.report_index import prepare
+from opencode_autoretry.diagnostics.index.step_index import index_file
 from opencode_autoretry.diagnostics.records import DaemonRecords
-from opencode_autoretry.diagnostics.report_index import prepare
-from opencode_autoretry.diagnostics.step_index import index_file
-from opencode_autoretry.diagnostics.trace import build_trace
+from opencode_autoretry.diagnostics.trace.report import build_trace
 
 REPORTS = (
     ("diagnose", "0", "--json", "--limit", "0"),
@@ -110,7 +110,7 @@ def test_the_keeper_thread_stops_and_survives_a_missing_db(tmp_path: Path) -> No
 def test_the_first_build_reports_its_progress_and_a_sync_does_not(
     fresh_seeded: Seeded, tmp_path: Path
 ) -> None:
-    from opencode_autoretry.diagnostics.report_index import refresh
+    from opencode_autoretry.diagnostics.index.report_index import refresh
 
     calls: list[tuple[int, int]] = []
     _, built = refresh(fresh_seeded.db, tmp_path, progress=lambda d, t: calls.append((d, t)))

@@ -14,19 +14,19 @@ from conftest import NOW, Seeded
 from opencode_rows import tokens
 
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json
-from opencode_autoretry.diagnostics.index_sync import files_signature
-from opencode_autoretry.diagnostics.local_days import LocalDays, exact_day
-from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
-from opencode_autoretry.diagnostics.report_index import prepare, refresh, save
-from opencode_autoretry.diagnostics.session_digest import (
+from opencode_autoretry.diagnostics.index.report_index import prepare, refresh, save
+from opencode_autoretry.diagnostics.index.session_digest import (
     LazyFindings,
     Objects,
     decode_digest,
     encode_digest,
     fits,
 )
-from opencode_autoretry.diagnostics.trace import build_trace, trace_json
-from opencode_autoretry.diagnostics.trace_rows import PLACEHOLDER, render_item, splice
+from opencode_autoretry.diagnostics.index.sync import files_signature
+from opencode_autoretry.diagnostics.local_days import LocalDays, exact_day
+from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
+from opencode_autoretry.diagnostics.trace.report import build_trace, trace_json
+from opencode_autoretry.diagnostics.trace.rows import PLACEHOLDER, render_item, splice
 from opencode_autoretry.opencode.db import OpenCodeDB
 
 BRIDGE = Path("/nonexistent/autoretry.js")
@@ -192,14 +192,14 @@ def test_an_untouched_quiet_db_is_not_counted_again_and_a_delete_is_seen(
 def test_a_recent_write_is_never_trusted_unchanged(fresh_seeded: Seeded, tmp_path: Path) -> None:
     """Files written less than QUIET_NS before the last sync: the sync counts again."""
     refresh(fresh_seeded.db, tmp_path)  # the seed was just written: not quiet
-    from opencode_autoretry.diagnostics.step_index import StepIndex, index_file
+    from opencode_autoretry.diagnostics.index.step_index import StepIndex, index_file
 
     index = StepIndex.open(index_file(tmp_path, fresh_seeded.db))
     try:
         meta = index.meta()
     finally:
         index.close()
-    from opencode_autoretry.diagnostics.index_sync import untouched
+    from opencode_autoretry.diagnostics.index.sync import untouched
     from opencode_autoretry.opencode.index_source import IndexSource
 
     source = IndexSource.open(fresh_seeded.db)

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from opencode_rows import BASE_MS, OpenCodeRows, aborted_error
 
-from opencode_autoretry.budget import DecisionContext, decide, new_ledger
-from opencode_autoretry.policy import load_policy
-from opencode_autoretry.store import Store
-from opencode_autoretry.subagents import subagent_stall_verdict
+from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger
+from opencode_autoretry.decisions.policy import load_policy
+from opencode_autoretry.decisions.subagents import subagent_stall_verdict
+from opencode_autoretry.store.database import Store
 
 
 def at(ms: int) -> datetime:

@@ -15,7 +15,7 @@ from opencode_autoretry.diagnostics.records import load_records
 from opencode_autoretry.diagnostics.render import Style
 from opencode_autoretry.models import Decision
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store import Store
+from opencode_autoretry.store.database import Store
 
 
 def summary_of(invoke, *args: str) -> dict:

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/browser.py
 
 from browser import check_page, find_chromium  # noqa: E402
 
-from opencode_autoretry.diagnostics.timeline_page import GAP_CAP, Axis  # noqa: E402
+from opencode_autoretry.diagnostics.timeline.page import GAP_CAP, Axis  # noqa: E402
 
 
 def write_page(invoke, session: str, target: Path) -> str:
@@ -51,7 +51,7 @@ def test_page_marks_what_happened(invoke, seeded, tmp_path: Path) -> None:
 
 def test_waits_and_loop_stops_are_drawn(fresh_seeded, run_on, tmp_path: Path) -> None:
     from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind
-    from opencode_autoretry.store import Store
+    from opencode_autoretry.store.database import Store
 
     store = Store.open(fresh_seeded.store)
     sid, turn = fresh_seeded.sessions["net"], fresh_seeded.users["net"]

@@ -11,7 +11,7 @@ from opencode_autoretry.diagnostics.render import Style
 from opencode_autoretry.diagnostics.todo_view import todo_continuations, todo_lines
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, from_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store import Store
+from opencode_autoretry.store.database import Store
 
 TEXT = "Your todo list still has 2 unfinished item(s):\n- [pending] A\n- [pending] B\nCarry on."
 

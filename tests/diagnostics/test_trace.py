@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from opencode_rows import OpenCodeRows, tokens
 
-from opencode_autoretry.diagnostics.trace import outcome_of
+from opencode_autoretry.diagnostics.trace.report import outcome_of
 from opencode_autoretry.models import ErrorInfo, Message, Role, Tokens
 
 
@@ -109,7 +109,7 @@ def test_injection_whose_marker_was_dropped_is_joined_by_its_message_id(run_on, 
     from datetime import UTC, datetime
 
     from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind
-    from opencode_autoretry.store import Store
+    from opencode_autoretry.store.database import Store
 
     rows = OpenCodeRows(tmp_path / "t.db")
     sid = rows.session("plain-path")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from opencode_autoretry.store import StoreView
+from opencode_autoretry.store.database import StoreView
 
 #: Fast budgets for most scenarios: the same shape as the defaults, shorter waits.
 FAST_CONFIG = "\n".join(

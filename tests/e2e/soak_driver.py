@@ -32,8 +32,8 @@ from soak_observe import budget_limits, provider_continuations, read_opencode, r
 from soak_plan import draw, menu
 from soak_turns import Lane, Process, Soaking, play, warm_up
 
-from opencode_autoretry.policy import load_policy
-from opencode_autoretry.settings import resolve
+from opencode_autoretry.config.settings import resolve
+from opencode_autoretry.decisions.policy import load_policy
 
 STALL_TIMEOUT = 8.0  # long enough that a loaded machine's slow step is not a stall
 #: Interruptions retried after 1 s, a disconnect after 3 s: room for a user's message in it.

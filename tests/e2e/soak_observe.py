@@ -14,9 +14,9 @@ from fake_provider import ProviderRequest, _text_of
 from soak_checks import DecisionRow, InjectionRow, MessageRow, SessionRow
 from soak_plan import tag_of
 
+from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS, Policy
 from opencode_autoretry.models import BudgetGroup
-from opencode_autoretry.policy import INTERRUPTION_GROUPS, Policy
-from opencode_autoretry.store import StoreView
+from opencode_autoretry.store.database import StoreView
 
 
 def _connect(db: Path) -> sqlite3.Connection:

@@ -25,7 +25,7 @@ from soak_checks import PlannedTurn, Segment, segments
 from soak_observe import read_session
 from soak_plan import BY_NAME, Expect, Fault, How, prompt_text, tag_of
 
-from opencode_autoretry.store import StoreView
+from opencode_autoretry.store.database import StoreView
 
 SETTLE_S = 180.0  # a slow fault (~70 s of OpenCode's own retries) plus a daemon restart or two
 STEP_S = 60.0  # one interactive step: the provider got the prompt, a permission was asked...

@@ -14,7 +14,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
-from opencode_autoretry.daemon.bridges import (
+from opencode_autoretry.daemon.intake.bridges import (
     BridgeClosed,
     BridgeConnected,
     BridgeItem,

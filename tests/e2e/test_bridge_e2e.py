@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from opencode_autoretry.daemon.bridges import BridgeMessage
+from opencode_autoretry.daemon.intake.bridges import BridgeMessage
 from opencode_autoretry.plugin_bridge.protocol import (
     Abort,
     ChatMessage,

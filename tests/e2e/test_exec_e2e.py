@@ -24,7 +24,7 @@ from fake_exec import install as install_exec_faults
 from fake_faults import install as install_faults
 from fake_provider import NORMAL_TEXT
 
-from opencode_autoretry.store import StoreView
+from opencode_autoretry.store.database import StoreView
 
 pytestmark = pytest.mark.e2e
 

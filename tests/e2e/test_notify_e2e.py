@@ -22,7 +22,7 @@ from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok
 sys.path.insert(0, str(Path(__file__).parent.parent))
 from notify_sink import WebhookSink  # noqa: E402
 
-from opencode_autoretry.notify_store import notifications  # noqa: E402
+from opencode_autoretry.notifications.records import notifications  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

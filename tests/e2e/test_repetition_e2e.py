@@ -20,11 +20,11 @@ from daemon_process import DaemonProcess, wait_until
 from fake_loops import HOLD_AFTER_WORDS, LoopLog, install
 from fake_provider import NORMAL_TEXT, REPEATED
 
-from opencode_autoretry.daemon.bridges import BridgeMessage
-from opencode_autoretry.daemon.repetition_watch import REASONING, TEXT, LoopFound, RepetitionWatch
+from opencode_autoretry.daemon.intake.bridges import BridgeMessage
+from opencode_autoretry.daemon.repetition.watch import REASONING, TEXT, LoopFound, RepetitionWatch
+from opencode_autoretry.decisions.policy import DEFAULT_MESSAGES
 from opencode_autoretry.plugin_bridge.protocol import Abort, Config, Event, Prompt
-from opencode_autoretry.policy import DEFAULT_MESSAGES
-from opencode_autoretry.repetition import TRIM_NOTICE
+from opencode_autoretry.repetition.guard import TRIM_NOTICE
 
 pytestmark = pytest.mark.e2e
 

@@ -1,0 +1,7 @@
+"""`python -m opencode_autoretry.cli`: the same as the `autoretry` command."""
+
+import sys
+
+from opencode_autoretry.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,189 @@
+"""Settings, resolved once: command-line flags > ``AUTORETRY_*`` env > config.toml > defaults.
+
+The retry policy tables (``[budgets.*]``, ``[providers.*]``, ``[messages]``) are kept raw here
+and validated by ``decisions.budget.load_policy``; this module validates the rest.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from opencode_autoretry.config import paths
+
+POLICY_TABLES = ("budgets", "providers", "messages")
+#: Raw tables validated where they are used: ``[repetition.penalties.<provider>]`` (issue 6).
+REPETITION_TABLE = "repetition"
+#: ``[todos]`` (issue 9), validated by ``opencode_autoretry.todos.continuation.load_todo_config``.
+TODOS_TABLE = "todos"
+#: ``[stall]``: what the stall detector may do beyond root stalls (issue 9); key -> field.
+STALL_TABLE = "stall"
+STALL_KEYS = {"subagents": "stall_subagents"}
+#: Raw tables validated where they are used (issue 10): ``[notify]``, ``[fallback]``.
+UNATTENDED_TABLES = ("notify", "fallback")
+
+
+class SettingsError(ValueError):
+    """Bad configuration: the message names the file or variable and the key."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    opencode_db: Path = field(default_factory=paths.default_opencode_db)
+    store: Path = field(default_factory=paths.store_path)
+    socket: Path = field(default_factory=paths.socket_path)
+    log_dir: Path = field(default_factory=paths.log_dir)
+    enabled: bool = True
+    poll_interval: float = 60.0  # seconds between fallback DB polls
+    tick_interval: float = 1.0  # seconds between stall/deadline checks
+    stall_timeout: float = 180.0  # seconds busy without progress before a stall abort
+    runaway_steps: int = 6  # consecutive finish=unknown zero-token steps = runaway
+    stall_subagents: bool = True  # [stall] subagents: abort a hung child session (issue 9)
+    verbose: bool = False
+    policy: Mapping[str, Any] = field(default_factory=dict)  # raw budgets/providers/messages
+    repetition: Mapping[str, Any] = field(default_factory=dict)  # raw [repetition] table
+    todos: Mapping[str, Any] = field(default_factory=dict)  # raw [todos] table
+    notify: Mapping[str, Any] = field(default_factory=dict)  # raw [notify] table
+    fallback: Mapping[str, Any] = field(default_factory=dict)  # raw [fallback] table
+
+
+_PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
+_RAW_TABLES = {"policy", REPETITION_TABLE, TODOS_TABLE, *UNATTENDED_TABLES}
+_POSITIVE = {"poll_interval", "tick_interval", "stall_timeout", "runaway_steps"}
+
+
+def _field_types() -> dict[str, str]:
+    return {f.name: str(f.type) for f in fields(Settings) if f.name not in _RAW_TABLES}
+
+
+def _coerce(name: str, raw: object, origin: str) -> object:
+    kind = _field_types()[name]
+    try:
+        if name in _PATH_FIELDS:
+            return _path(raw)
+        if kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        value: float | int = int(str(raw)) if kind == "int" else float(str(raw))
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: "~nobody/" has no home
+        raise SettingsError(f"{origin}: {name} = {_brief(raw)} is not a valid {kind}") from exc
+    if not math.isfinite(value):  # found by fuzzing: nan/inf intervals spin or kill the loop
+        raise SettingsError(f"{origin}: {name} must be a finite number, got {_brief(raw)}")
+    if name in _POSITIVE and value <= 0:
+        raise SettingsError(f"{origin}: {name} must be greater than 0, got {_brief(raw)}")
+    return value
+
+
+def _path(raw: object) -> Path:
+    """A path setting: a string without NUL bytes (found by fuzzing: a table, a number or a
+    ``"\\u0000"`` became a path that only failed, with a traceback, when first opened)."""
+    if not isinstance(raw, str | Path) or "\0" in str(raw) or not str(raw):
+        raise ValueError(raw)
+    return Path(raw).expanduser()
+
+
+def _brief(raw: object) -> str:
+    text = repr(raw)
+    return text if len(text) <= 60 else f"{text[:60]}... ({len(text)} chars)"
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        if not path.exists():
+            return {}
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:  # found by fuzzing: a traceback, not an error line
+        raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except RecursionError as exc:
+        raise SettingsError(f"{path}: not valid TOML: nested too deeply") from exc
+    except OSError as exc:  # also a name too long (found by fuzzing the CLI)
+        raise SettingsError(f"{str(path)[:200]}: cannot read: {str(exc)[:200]}") from exc
+
+
+def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
+    known = _field_types()
+    values: dict[str, object] = {}
+    for key, raw in table.items():
+        if key in POLICY_TABLES or key in (REPETITION_TABLE, TODOS_TABLE, *UNATTENDED_TABLES):
+            continue
+        if key == STALL_TABLE:
+            values.update(_stall_table(raw, origin))
+            continue
+        if key not in known or key in STALL_KEYS.values():
+            choices = ", ".join(sorted([*known.keys() - STALL_KEYS.values(), *POLICY_TABLES,
+                                        REPETITION_TABLE, TODOS_TABLE, STALL_TABLE,
+                                        *UNATTENDED_TABLES]))
+            raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
+        values[key] = _coerce(key, raw, origin)
+    return values
+
+
+def _stall_table(raw: object, origin: str) -> dict[str, object]:
+    """``[stall]`` -> Settings fields, each key checked by its path (``stall.subagents``)."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"{origin}: {STALL_TABLE} must be a table, got {raw!r}")
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        if key not in STALL_KEYS:
+            known = ", ".join(sorted(STALL_KEYS))
+            raise SettingsError(f"{origin}: {STALL_TABLE}: unknown key {key!r} (known: {known})")
+        if not isinstance(value, bool):
+            raise SettingsError(
+                f"{origin}: {STALL_TABLE}.{key} must be true or false, got {value!r}"
+            )
+        values[STALL_KEYS[key]] = value
+    return values
+
+
+def _from_env(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for name in _field_types():
+        raw = environ.get(f"AUTORETRY_{name.upper()}")
+        if raw is not None and raw != "":
+            values[name] = _coerce(name, raw, f"AUTORETRY_{name.upper()}")
+    return values
+
+
+def resolve(
+    flags: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+) -> Settings:
+    """Build the one Settings object: flags > env > config file > defaults."""
+    env = os.environ if environ is None else environ
+    path = config_path or Path(env.get("AUTORETRY_CONFIG") or paths.config_file())
+    table = read_config_file(path)
+    values = _from_file(table, str(path))
+    values.update(_from_env(env))
+    for key, raw in (flags or {}).items():
+        if raw is not None:
+            values[key] = _coerce(key, raw, f"--{key.replace('_', '-')}")
+    policy = {key: table[key] for key in POLICY_TABLES if key in table}
+    repetition = table.get(REPETITION_TABLE, {})
+    if not isinstance(repetition, Mapping):
+        raise SettingsError(f"{path}: {REPETITION_TABLE} must be a table")
+    todos = table.get(TODOS_TABLE, {})
+    if not isinstance(todos, Mapping):
+        raise SettingsError(f"{path}: {TODOS_TABLE} must be a table")
+    tables = {name: table.get(name, {}) for name in UNATTENDED_TABLES}
+    for name, raw in tables.items():
+        if not isinstance(raw, Mapping):
+            raise SettingsError(f"{path}: {name} must be a table")
+    return replace(
+        Settings(), **values, policy=policy, repetition=repetition,  # type: ignore[arg-type]
+        todos=todos, **tables,
+    )

@@ -1,0 +1,1 @@
+"""PURE: the repetition (loop) detectors."""

@@ -1,0 +1,1 @@
+"""The daemon's own SQLite store: budgets, decisions, injections, the switch, the heartbeat."""

@@ -1,0 +1,257 @@
+"""PURE: a root turn that ended healthy with todos left -> a verdict for the decision core.
+
+OpenCode's ``todowrite`` tool keeps the session's todo list (the ``todo`` table). When a turn
+ends with ``finish: stop`` and text while items are still ``pending`` or ``in_progress``, the
+agent often just stopped in the middle ("I'll start with the first one."). The verdict built
+here is kind ``unfinished_todos`` (budget group ``todos``) and carries its own text naming the
+open items; it is retryable only when no guard holds:
+
+- the reply asks the user, waits for a decision, says it is done or blocked
+  (``reply_intent``: in doubt it is a question);
+- the user refused something in this turn (a rejected permission, a dismissed question);
+- the agent is one of ``[todos] skip_agents`` (default ``plan``).
+
+The decision core then applies the common gates (off, child session, user abort, a permission
+or question pending, busy) and the ``todos`` budget (3 per user turn, a 5 s countdown). Two
+continuations in a row that changed no todo's status (**stagnation**) make the verdict carry
+``give_up``: the core sends one notice and closes the group for the rest of the turn.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from opencode_autoretry.config.settings import SettingsError
+from opencode_autoretry.decisions.policy import (
+    DEFAULT_BUDGETS,
+    GroupBudget,
+    Policy,
+    PolicyError,
+    fill,
+)
+from opencode_autoretry.models import (
+    BudgetGroup,
+    Kind,
+    Message,
+    PartType,
+    ToolStatus,
+    Turn,
+    Verdict,
+)
+from opencode_autoretry.todos.reply_intent import read_intent
+
+UNFINISHED = frozenset({"pending", "in_progress"})
+MAX_LISTED = 10  # todos named in one message; the rest are counted
+MAX_TEXT_CHARS = 2000
+
+DEFAULT_MESSAGE = (
+    "Your todo list still has {count} unfinished item(s):\n{todos}\n"
+    "Carry on with the next one. If something blocks it, or you need a decision from the user, "
+    "say what it is and stop instead."
+)
+DEFAULT_TOAST = "autoretry: {count} — continuing in {seconds} s; write anything to stop"
+DEFAULT_STAGNATION_NOTICE = (
+    "autoretry: {count} todos still open, but the last {stagnation} continuations changed none "
+    "of them — stopping; waiting for you."
+)
+DEFAULT_EXHAUSTED_NOTICE = (
+    "autoretry: continued {used} times for unfinished todos — waiting for you."
+)
+
+
+@dataclass(frozen=True)
+class Todo:
+    content: str
+    status: str  # pending | in_progress | completed | cancelled
+    priority: str = "medium"
+
+    @property
+    def unfinished(self) -> bool:
+        return self.status in UNFINISHED
+
+
+Signature = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class TodoConfig:
+    """``[todos]`` in config.toml, validated by ``load_todo_config``."""
+
+    enabled: bool = True
+    max_continuations: int = 3
+    stagnation: int = 2  # continuations in a row without a status change before giving up
+    countdown: float = 5.0  # seconds between the toast and the send
+    skip_agents: tuple[str, ...] = ("plan",)
+    message: str = DEFAULT_MESSAGE
+    stagnation_notice: str = DEFAULT_STAGNATION_NOTICE
+    exhausted_notice: str = DEFAULT_EXHAUSTED_NOTICE
+
+
+# --- config --------------------------------------------------------------------------------
+
+_TEXT_KEYS = ("message", "stagnation_notice", "exhausted_notice")
+_KEYS = ("enabled", "max_continuations", "stagnation", "countdown", "skip_agents", *_TEXT_KEYS)
+
+
+def load_todo_config(raw: object) -> TodoConfig:
+    """Validate the raw ``[todos]`` table; a bad key or value raises SettingsError naming it."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"todos must be a table, got {type(raw).__name__}")
+    unknown = sorted(str(k) for k in raw if k not in _KEYS)
+    if unknown:
+        known = ", ".join(_KEYS)
+        raise SettingsError(f"todos: unknown key(s) {', '.join(unknown)} (known: {known})")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        values[key] = _value(str(key), value, f"todos.{key}")
+    return replace(TodoConfig(), **values)
+
+
+def _value(key: str, value: object, path: str) -> object:
+    if key == "enabled":
+        if not isinstance(value, bool):
+            raise SettingsError(f"{path} must be true or false, got {value!r}")
+        return value
+    if key in ("max_continuations", "stagnation"):
+        low = 0 if key == "max_continuations" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= 100:
+            raise SettingsError(f"{path} must be an integer from {low} to 100, got {value!r}")
+        return value
+    if key == "countdown":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 600:
+            raise SettingsError(f"{path} must be a number of seconds from 0 to 600, got {value!r}")
+        return float(value)
+    if key == "skip_agents":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise SettingsError(f"{path} must be a list of agent names, got {value!r}")
+        return tuple(value)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT_CHARS:
+        raise SettingsError(f"{path} must be a non-empty string of at most {MAX_TEXT_CHARS} chars")
+    return value
+
+
+def with_todo_budget(policy: Policy, config: TodoConfig) -> Policy:
+    """The policy whose ``todos`` group is ``max_continuations`` sends, each after the
+    countdown (for every provider: the todo list is not a provider's business)."""
+    default = DEFAULT_BUDGETS[BudgetGroup.TODOS]
+    tables = [("budgets", policy.budgets)] + [
+        (f"providers.{pid}.budgets", groups) for pid, groups in policy.providers.items()
+    ]
+    for path, groups in tables:
+        if groups.get(BudgetGroup.TODOS, default) != default:
+            raise PolicyError(f"{path}.todos: set [todos] max_continuations and countdown instead")
+    budget = GroupBudget(config.max_continuations, config.countdown, config.countdown)
+    providers = {
+        pid: {**groups, BudgetGroup.TODOS: budget} for pid, groups in policy.providers.items()
+    }
+    budgets = {**policy.budgets, BudgetGroup.TODOS: budget}
+    return replace(policy, budgets=budgets, providers=providers)
+
+
+# --- progress ------------------------------------------------------------------------------
+
+
+def signature(todos: Sequence[Todo]) -> Signature:
+    return tuple((t.content, t.status) for t in todos)
+
+
+def stagnant_run(history: Sequence[Signature]) -> int:
+    """How many of the latest continuations changed no todo: ``history`` holds the todo list
+    seen at each healthy end of the turn, the first one before any continuation."""
+    run = 0
+    for before, after in zip(reversed(history[:-1]), reversed(history[1:]), strict=True):
+        if before != after:
+            break
+        run += 1
+    return run
+
+
+def changed(before: Signature, after: Signature) -> int:
+    """How many todos were added, removed or changed status between two lists."""
+    old, new = dict(before), dict(after)
+    return sum(1 for key in old.keys() | new.keys() if old.get(key) != new.get(key))
+
+
+def progress_note(history: Sequence[Signature]) -> str | None:
+    """'the last continuation changed 2 todos' / '... changed no todo (2 in a row)'."""
+    if len(history) < 2:
+        return None
+    moved = changed(history[-2], history[-1])
+    if moved:
+        return f"the last continuation changed {moved} todo(s)"
+    return f"the last continuation changed no todo ({stagnant_run(history)} in a row)"
+
+
+# --- guards --------------------------------------------------------------------------------
+
+_REFUSED = re.compile(r"reject|dismiss|denied|declined", re.IGNORECASE)
+
+
+def refusal(turn: Turn) -> str | None:
+    """A tool call in this turn that the user refused (permission rejected, question dismissed)."""
+    for step in turn.steps:
+        for part in step.parts:
+            if part.type is not PartType.TOOL or part.tool_status is not ToolStatus.ERROR:
+                continue
+            state = part.data.get("state")
+            error = str(state.get("error", "")) if isinstance(state, Mapping) else ""
+            if _REFUSED.search(error):
+                return f"the user refused the {part.tool} call ({error[:80]})"
+    return None
+
+
+def final_text(step: Message) -> str:
+    return "\n".join(
+        p.text for p in step.parts if p.type is PartType.TEXT and not p.synthetic and p.text.strip()
+    )
+
+
+def continuation_text(config: TodoConfig, unfinished: Sequence[Todo]) -> str:
+    lines = [f"- [{t.status}] {t.content}" for t in unfinished[:MAX_LISTED]]
+    if len(unfinished) > MAX_LISTED:
+        lines.append(f"- … and {len(unfinished) - MAX_LISTED} more")
+    return fill(config.message, count=len(unfinished), todos="\n".join(lines))
+
+
+def countdown_toast(config: TodoConfig, left: int) -> str:
+    count = f"{left} todo left" if left == 1 else f"{left} todos left"
+    return fill(DEFAULT_TOAST, count=count, seconds=f"{config.countdown:g}")
+
+
+def todo_verdict(
+    turn: Turn,
+    todos: Sequence[Todo],
+    config: TodoConfig,
+    history: Sequence[Signature],
+    *,
+    agent: str | None,
+    refused: str | None = None,
+) -> Verdict | None:
+    """The verdict for a healthy end with ``todos``; None when no todo is unfinished."""
+    unfinished = [t for t in todos if t.unfinished]
+    last = turn.last_step
+    if not unfinished or last is None:
+        return None
+    left = f"{len(unfinished)} of {len(todos)} todos unfinished"
+    refused = refused or refusal(turn)
+    intent = read_intent(final_text(last))
+    blocker = None
+    if agent is not None and agent in config.skip_agents:
+        blocker = f"agent {agent!r} is in todos.skip_agents"
+    elif refused:
+        blocker = refused
+    elif not intent.may_continue:
+        blocker = f"the reply {intent.intent.value}: {intent.reason}"
+    if blocker is not None:
+        return Verdict(Kind.UNFINISHED_TODOS, False, f"{left}; {blocker}", last.id)
+    run = stagnant_run(history)
+    give_up = None
+    if run >= config.stagnation:
+        give_up = f"the last {run} continuations changed no todo (stagnation)"
+    note = progress_note(history)
+    reason = f"{left}; {note}" if note else left
+    text = continuation_text(config, unfinished)
+    return Verdict(Kind.UNFINISHED_TODOS, True, reason, last.id, text=text, give_up=give_up)

@@ -1,0 +1,1 @@
+"""Headless runs: `autoretry exec -- opencode run ...`."""

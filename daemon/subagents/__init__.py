@@ -1,0 +1,1 @@
+"""Hung subagents: the stall watch over child sessions."""

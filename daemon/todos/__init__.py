@@ -1,0 +1,1 @@
+"""Unfinished todos: the guard that continues a root turn that stopped with todos left."""

@@ -1,0 +1,1 @@
+"""`autoretry doctor`: the set-up checks and their report."""

@@ -1,0 +1,47 @@
+"""``autoretry doctor``: the command only; the checks are imported when it runs, so that
+``autoretry --help`` loads neither the store nor psutil (see ``diagnostics/doctor/report.py``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
+    from opencode_autoretry.cli.context import AppContext
+
+
+@click.command("doctor")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--opencode", "opencode_bin", metavar="PATH",
+              help="The OpenCode binary to check (default: `opencode` on PATH).")
+@click.option("--opencode-config", "config_dir",
+              type=click.Path(file_okay=False, path_type=Path),
+              help="OpenCode's config dir (default: $XDG_CONFIG_HOME/opencode).")
+@click.pass_obj
+def doctor_command(
+    app: AppContext, as_json: bool, opencode_bin: str | None, config_dir: Path | None
+) -> None:
+    """Check the set-up: OpenCode and its DB, the bridge, the daemon, the service, the socket,
+    the state files and the config. Prints a fix for every problem; exits 1 if one failed."""
+    from opencode_autoretry.diagnostics.doctor.checks import Status
+    from opencode_autoretry.diagnostics.doctor.machine import Machine
+    from opencode_autoretry.diagnostics.doctor.report import (
+        doctor_json,
+        render_doctor,
+        run_checks,
+        subject_for,
+    )
+
+    checks = run_checks(subject_for(app, opencode_bin, config_dir), Machine())
+    if as_json:
+        click.echo(json.dumps(doctor_json(checks), indent=2))
+    else:
+        click.echo(render_doctor(checks))
+    if any(check.status is Status.FAIL for check in checks):
+        raise SystemExit(1)
+
+
+COMMANDS: list[click.Command] = [doctor_command]

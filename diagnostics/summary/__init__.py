@@ -1,0 +1,1 @@
+"""The summary of what autoretry did: its tallies and their rendering."""

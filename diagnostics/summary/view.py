@@ -1,0 +1,206 @@
+"""The summary drawn: headline lines, a per-day bar chart and two breakdown tables (``rich``),
+and the same figures as ``--json``'s ``summary``.
+
+``rich`` is imported only when a summary is drawn, so no other command pays for it. Without
+colour (``NO_COLOR``, or output that is not a terminal) the chart and the tables use plain
+ASCII characters: ``#`` for failed steps, ``+`` for recovered ones.
+
+``--json`` (added to ``diagnose`` in issue 12)::
+
+    "summary": {"failed": {"steps": int, "turns": int, "sessions": int},
+      "turns": {"recovered", "gave_up", "left_alone", "not_recovered", "in_progress",
+                "unattended": int},             # each failed turn once, by its newest failure
+      "recovered_share": float|null,            # recovered / failed turns
+      "left_alone": {"switched_off", "user_abort", "waiting", "child", "no_owner",
+                     "not_retryable", "other": int},
+      "loops": {"reminded"|"replanned"|"stopped"|"skipped": int},
+      "continuations": {"sent": int, "by_outcome": {"<status>": int},
+                        "success_rate": float|null},  # recovered / (recovered+failed+blank)
+      "decisions": {"count": int, "by_action": {"<action>": {"<kind>": int}}},
+      "per_day": [{"day": "YYYY-MM-DD", "failed": int, "recovered": int}],  # local days
+      "by_model": [{"model": "provider/model", "failed", "recovered": int}],  # most failed first
+      "by_kind": [{"kind", "failed", "recovered", "continuations", "decisions": int}]}
+"""
+
+from __future__ import annotations
+
+import io
+import shutil
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from opencode_autoretry.diagnostics.render import Style
+from opencode_autoretry.diagnostics.summary.tally import DayCount, Summary, Tally
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+#: The chart's longest bar, in characters, and the most days it draws (``--json`` has all).
+BAR_WIDTH = 30
+CHART_DAYS = 31
+PLAIN_WIDTH = 100
+LEFT_ALONE_LABELS = {
+    "not_retryable": "not retryable",
+    "user_abort": "user aborts",
+    "child": "children",
+    "switched_off": "switched off",
+    "no_owner": "no live owner",
+    "waiting": "waiting on you or a subagent",
+    "other": "other",
+}
+
+
+def _tally_json(name: str, key: str, tally: Tally, store: bool) -> dict[str, Any]:
+    found: dict[str, Any] = {key: name, "failed": tally.failed, "recovered": tally.recovered}
+    if store:
+        found.update(continuations=tally.continuations, decisions=tally.decisions)
+    return found
+
+
+def summary_json(summary: Summary) -> dict[str, Any]:
+    return {
+        "failed": {
+            "steps": summary.failed_steps,
+            "turns": summary.failed_turns,
+            "sessions": summary.failed_sessions,
+        },
+        "turns": dict(summary.turns),
+        "recovered_share": summary.recovered_share,
+        "left_alone": dict(summary.left_alone),
+        "loops": dict(sorted(summary.loops.items())),
+        "continuations": {
+            "sent": summary.continuations_sent,
+            "by_outcome": dict(sorted(summary.continuations.items())),
+            "success_rate": summary.success_rate,
+        },
+        "decisions": {
+            "count": sum(sum(k.values()) for k in summary.decisions.values()),
+            "by_action": {a: dict(k) for a, k in summary.decisions.items()},
+        },
+        "per_day": [
+            {"day": d.day.isoformat(), "failed": d.failed, "recovered": d.recovered}
+            for d in summary.per_day
+        ],
+        "by_model": [_tally_json(m, "model", t, False) for m, t in summary.by_model.items()],
+        "by_kind": [_tally_json(k, "kind", t, True) for k, t in summary.by_kind.items()],
+    }
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f} %"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+def headline_lines(summary: Summary, style: Style) -> list[str]:
+    turns = summary.turns
+    alone = ", ".join(
+        f"{LEFT_ALONE_LABELS.get(k, k)} {v}" for k, v in summary.left_alone.items() if v
+    )
+    loops = summary.loops
+    outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.continuations.items()))
+    recovered = f"{_plural(turns['recovered'], 'turn')} ({_share(summary.recovered_share)})"
+    return [
+        style.head("What autoretry did"),
+        f"  Failed:         {_plural(summary.failed_steps, 'step')} in "
+        f"{_plural(summary.failed_turns, 'turn')} of {_plural(summary.failed_sessions, 'session')}",
+        f"  Recovered:      {style.good(recovered)}, continued automatically",
+        f"  Gave up:        {_plural(turns['gave_up'], 'turn')} (budget used up: waiting for you)",
+        f"  Left alone:     {_plural(turns['left_alone'], 'turn')} on purpose"
+        + (f" ({alone})" if alone else ""),
+        f"  Not recovered:  {turns['not_recovered']}   in progress: {turns['in_progress']}   "
+        f"unattended (no decision on record): {turns['unattended']}",
+        f"  Loops stopped:  {loops.get('stopped', 0)} (reminded {loops.get('reminded', 0)}, "
+        f"replanned {loops.get('replanned', 0)})",
+        f"  Continuations:  {summary.continuations_sent} sent, success "
+        f"{_share(summary.success_rate)}" + (f" ({outcomes})" if outcomes else ""),
+    ]
+
+
+def _console(style: Style) -> Console:
+    from rich.console import Console
+
+    width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if style.colour else PLAIN_WIDTH
+    return Console(
+        file=io.StringIO(),
+        width=width,
+        color_system="standard" if style.colour else None,
+        force_terminal=style.colour,
+        no_color=not style.colour,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+
+
+def _table(style: Style, *columns: str) -> Table:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD if style.colour else box.ASCII2)
+    for index, name in enumerate(columns):
+        table.add_column(name, justify="left" if index == 0 else "right")
+    return table
+
+
+def _bar(count: int, peak: int, glyph: str) -> str:
+    if count <= 0 or peak <= 0:
+        return ""
+    return glyph * max(1, round(count * BAR_WIDTH / peak))
+
+
+def _chart(days: tuple[DayCount, ...], style: Style) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    full, ok = ("█", "█") if style.colour else ("#", "+")
+    red, green = ("red", "green") if style.colour else ("", "")
+    shown = days[-CHART_DAYS:]
+    peak = max((d.failed for d in shown), default=0)
+    chart = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+    chart.add_column("day")
+    chart.add_column("failed", justify="right")
+    chart.add_column("failed bar", no_wrap=True, min_width=BAR_WIDTH)
+    chart.add_column("recovered", justify="right")
+    chart.add_column("recovered bar", no_wrap=True)
+    for day in shown:
+        chart.add_row(
+            day.day.strftime("%a %Y-%m-%d"),
+            str(day.failed),
+            Text(_bar(day.failed, peak, full), style=red),
+            str(day.recovered),
+            Text(_bar(day.recovered, peak, ok), style=green),
+        )
+    return chart
+
+
+def _breakdown(title: str, rows: Mapping[str, Tally], style: Style, store: bool) -> Table:
+    """Failed and recovered steps per row; with ``store``, also what the daemon recorded."""
+    extra = ("continuations", "decisions") if store else ()
+    table = _table(style, title, "failed", "recovered", "share", *extra)
+    for name, tally in rows.items():
+        share = _share(tally.recovered / tally.failed if tally.failed else None)
+        counts = (tally.continuations, tally.decisions) if store else ()
+        table.add_row(name, str(tally.failed), str(tally.recovered), share, *map(str, counts))
+    return table
+
+
+def render_summary(summary: Summary, style: Style) -> str:
+    """The headline (painted by ``Style``), then the chart and the tables (drawn by rich)."""
+    console = _console(style)
+    days = summary.per_day
+    hidden = len(days) - CHART_DAYS
+    glyphs = ("█ red", "█ green") if style.colour else ("#", "+")
+    legend = f"Per day: failed steps ({glyphs[0]}) and recovered ({glyphs[1]})"
+    if hidden > 0:
+        legend += f", last {CHART_DAYS} days ({hidden} earlier in --json)"
+    console.print(_chart(days, style))
+    if summary.by_model:
+        console.print(_breakdown("provider/model", summary.by_model, style, store=False))
+    if summary.by_kind:
+        console.print(_breakdown("kind", summary.by_kind, style, store=True))
+    drawn = console.file.getvalue().rstrip("\n").splitlines()  # type: ignore[attr-defined]
+    return "\n".join([*headline_lines(summary, style), legend, *(x.rstrip() for x in drawn)])

@@ -1,0 +1,1 @@
+"""`autoretry trace`: every injection, decision and repetition stop with its outcome."""
