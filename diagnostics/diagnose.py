@@ -174,6 +174,24 @@ def _markup_candidates(
         db.close()
 
 
+def _from_digests(
+    db: OpenCodeDB,
+    memo: StepMemo,
+    records: DaemonRecords,
+    since: datetime | None,
+    now: datetime,
+    runaway_steps: int,
+) -> tuple[list[Entry], Objects] | None:
+    """diagnose's findings from the report index's session digests (None: not on the index)."""
+    # Imported here: a report that is not on the index never loads the index's modules.
+    from opencode_autoretry.diagnostics.index.digest_findings import digest_findings
+    from opencode_autoretry.diagnostics.index.indexed_db import GroupMemo, IndexedDB
+
+    if not (isinstance(memo, GroupMemo) and isinstance(db, IndexedDB) and memo.reads_digests):
+        return None
+    return digest_findings(db, memo, records, since=since, now=now, runaway_steps=runaway_steps)
+
+
 def _read_health(
     reader: type[OpenCodeDB], path: Path, records: DaemonRecords, bridge_path: Path
 ) -> Health:
@@ -232,10 +250,9 @@ def build_diagnose(
     ``progress(done, total)`` is called as each scan batch is read; ``memo`` remembers
     classifications (the report index: ``indexed_db.py``; the same findings, sooner)."""
     since = window_start(now, days)
-    digested = getattr(memo, "findings", None)  # the report index's session digests
-    if digested is not None:
+    if memo is not None:
         with paused_gc():  # ~10 000 light rows and fates: tuples the collector would walk
-            fast = digested(db, records, since=since, now=now, runaway_steps=runaway_steps)
+            fast = _from_digests(db, memo, records, since, now, runaway_steps)
             if fast is not None:
                 entries, objects = fast
                 health_now = read_health(db, records, bridge_path)

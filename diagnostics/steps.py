@@ -247,3 +247,12 @@ def relabel_daemon_aborts(
             item = replace(item, verdict=verdict)
         result.append(item)
     return result
+
+
+def lean_step(item: ClassifiedStep, keep_parts: bool = False) -> ClassifiedStep:
+    """What the reports read of a classified step, without what only the classifier read:
+    the earlier steps of its turn, and (for diagnose) its parts. A memo hit then rebuilds a
+    few objects per step instead of a whole turn (decoding them is most of a warm run)."""
+    step = item.step if keep_parts else replace(item.step, parts=())
+    turn = Turn(item.turn.session_id, item.turn.user, (step,))
+    return replace(item, step=step, turn=turn)

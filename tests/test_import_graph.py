@@ -1,9 +1,14 @@
 """No import cycles inside the package: modules form layers, each importing only below itself.
 
 The graph is built from the source tree named in pyproject.toml (not from the installed link
-tree, which misses a module added since the last install), from every import that runs at import
-time — including ``if TYPE_CHECKING:`` ones, since a type-only cycle is still a cycle in the
-design — and not from imports inside functions, which run when the function does.
+tree, which misses a module added since the last install), from every import — including
+``if TYPE_CHECKING:`` ones, since a type-only cycle is still a cycle in the design, and imports
+inside functions, which only defer the same dependency to the first call.
+
+The rooms form layers, and nothing imports upward, not even inside a function: the package's
+own modules (pure core, configuration, store, OpenCode adapter, CLI context) at the bottom, then
+the bridge's Python half, then the reports (``diagnostics``), then the daemon (which runs the
+report index's keeper), and the CLI's composition root (``cli.main``) on top.
 """
 
 from __future__ import annotations
@@ -35,21 +40,12 @@ def package_modules(root: Path) -> dict[str, Path]:
     return modules
 
 
-class _ImportTimeImports(ast.NodeVisitor):
-    """Collects the modules named by imports outside function bodies."""
+class _Imports(ast.NodeVisitor):
+    """Collects the modules named by every import of a module, inside functions too."""
 
     def __init__(self, module: str, is_package: bool) -> None:
         self.package = module if is_package else module.rpartition(".")[0]
         self.names: set[str] = set()
-
-    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        return  # runs when called, not when imported
-
-    def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
-        return
-
-    def visit_Lambda(self, node: ast.Lambda) -> None:
-        return
 
     def visit_Import(self, node: ast.Import) -> None:
         self.names.update(alias.name for alias in node.names)
@@ -64,11 +60,11 @@ class _ImportTimeImports(ast.NodeVisitor):
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
-    """Module -> the package modules it imports at import time (parents of a dotted name too:
+    """Module -> the package modules it imports, anywhere in it (parents of a dotted name too:
     importing ``a.b.c`` runs ``a/__init__`` and ``a/b/__init__`` first)."""
     graph: dict[str, set[str]] = {}
     for name, file in modules.items():
-        visitor = _ImportTimeImports(name, file.stem == "__init__")
+        visitor = _Imports(name, file.stem == "__init__")
         visitor.visit(ast.parse(file.read_text(), filename=str(file)))
         targets = set()
         for imported in visitor.names:
@@ -132,9 +128,53 @@ def test_a_cycle_through_the_grafted_package_is_found(tmp_path: Path, b_source: 
     assert cycle is not None and set(cycle) >= {"pkg.a", "pkg.sub.b"}
 
 
-def test_an_import_inside_a_function_is_no_cycle(tmp_path: Path) -> None:
+def test_an_import_inside_a_function_is_a_cycle_too(tmp_path: Path) -> None:
     _write(tmp_path, {
         "core/__init__.py": "", "core/a.py": "import pkg.sub.b\n",
         "sub/__init__.py": "", "sub/b.py": "def run() -> None:\n    from pkg import a\n",
     })
-    assert find_cycle(import_graph(package_modules(tmp_path))) is None
+    cycle = find_cycle(import_graph(package_modules(tmp_path)))
+    assert cycle is not None and set(cycle) >= {"pkg.a", "pkg.sub.b"}
+
+
+#: Bottom to top; a module belongs to the first room whose prefix it has (the package's own
+#: modules, the bottom layer, have none of these).
+LAYERS = (
+    "opencode_autoretry.plugin_bridge",
+    "opencode_autoretry.diagnostics",
+    "opencode_autoretry.daemon",
+    "opencode_autoretry.cli.main",
+    "opencode_autoretry.cli.__main__",
+)
+
+
+def layer(module: str) -> int:
+    for rank, prefix in enumerate(LAYERS, start=1):
+        if module == prefix or module.startswith(prefix + "."):
+            return rank
+    return 0
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer(target) > layer(module)
+    )
+
+
+def test_nothing_imports_upward() -> None:
+    graph = import_graph(package_modules(ROOT))
+    # The good direction is seen: the daemon runs the reports' index keeper, the CLI everything.
+    keeper = "opencode_autoretry.diagnostics.index.keeper"
+    assert keeper in graph["opencode_autoretry.daemon.commands"]
+    assert "opencode_autoretry.daemon.commands" in graph["opencode_autoretry.cli.main"]
+    assert upward_imports(graph) == []
+
+
+def test_an_upward_import_inside_a_function_is_found() -> None:
+    graph = {"opencode_autoretry.decisions.budget": {"opencode_autoretry.daemon.loop"}}
+    assert upward_imports(graph) == [
+        "opencode_autoretry.decisions.budget -> opencode_autoretry.daemon.loop"
+    ]

@@ -15,14 +15,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import CONN, Harness  # noqa: E402
 
 from opencode_autoretry.config.settings import SettingsError  # noqa: E402
-from opencode_autoretry.daemon.repetition.guard import (  # noqa: E402
-    RepetitionGuard,
-    load_penalties,
-)
+from opencode_autoretry.daemon.repetition.guard import RepetitionGuard  # noqa: E402
 from opencode_autoretry.daemon.repetition.watch import RepetitionWatch  # noqa: E402
 from opencode_autoretry.decisions.policy import DEFAULT_MESSAGES  # noqa: E402
 from opencode_autoretry.models import Action  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.repetition.penalties import load_penalties  # noqa: E402
 
 LOOP = "The same sentence comes again and again. "
 PROSE = "Here is what I found in the repository, step by step, before the trouble began. "

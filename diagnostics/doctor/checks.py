@@ -17,15 +17,14 @@ from typing import Any
 
 from opencode_autoretry.config import paths
 from opencode_autoretry.config.settings import Settings, SettingsError
-from opencode_autoretry.daemon.control import STALE_HEARTBEAT
-from opencode_autoretry.daemon.repetition.guard import load_penalties
 from opencode_autoretry.decisions.policy import PolicyError, load_policy
 from opencode_autoretry.diagnostics.doctor.machine import Machine
 from opencode_autoretry.opencode import versions
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.plugin_bridge import install as installer
-from opencode_autoretry.store.database import Heartbeat
+from opencode_autoretry.repetition.penalties import load_penalties
+from opencode_autoretry.store.database import STALE_HEARTBEAT, Heartbeat
 
 SERVICE = "opencode-autoretry.service"
 LAUNCHD_LABEL = "com.github.opencode-autoretry"

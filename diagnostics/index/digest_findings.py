@@ -39,6 +39,7 @@ from opencode_autoretry.diagnostics.steps import (
     ClassifiedStep,
     classify_rows,
     classify_streamed,
+    lean_step,
     relabel_daemon_aborts,
 )
 from opencode_autoretry.models import to_epoch_ms
@@ -162,8 +163,6 @@ def _digest(
 ) -> None:
     """Keep each settled session's findings for the next runs (``diagnose 0`` only: it saw
     every candidate of each session)."""
-    from opencode_autoretry.diagnostics.index.indexed_db import lean_step
-
     header: dict[str, list[int]] = defaultdict(lambda: [NONE_YET] * 4)
     for row, _, sid, created, *_ in candidates:
         bounds = header[sid]

@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
 from opencode_autoretry.diagnostics.index.memo_codec import decode, encode
-from opencode_autoretry.diagnostics.index.session_digest import Entry, Objects
 from opencode_autoretry.diagnostics.index.step_index import CandidateRow, StepIndex
-from opencode_autoretry.diagnostics.records import DaemonRecords
-from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows
+from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows, lean_step
 from opencode_autoretry.diagnostics.trace.report import Outcome, message_links
 from opencode_autoretry.diagnostics.trace.rows import Rendered, decode_rendered, encode_rendered
-from opencode_autoretry.models import Message, Turn, to_epoch_ms
+from opencode_autoretry.models import Message, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import (
     MARKED_PART_TEXT,
@@ -232,23 +229,10 @@ class GroupMemo:
         found.sort(key=lambda c: (c.step.time_created, c.step.id))
         return found
 
-    def findings(
-        self,
-        db: OpenCodeDB,
-        records: DaemonRecords,
-        *,
-        since: datetime | None,
-        now: datetime,
-        runaway_steps: int,
-    ) -> tuple[list[Entry], Objects] | None:
-        """diagnose's findings from the session digests (None: ``db`` is no index reader)."""
-        if not isinstance(db, IndexedDB) or self._reader is None:
-            return None
-        from opencode_autoretry.diagnostics.index.digest_findings import digest_findings
-
-        return digest_findings(
-            db, self, records, since=since, now=now, runaway_steps=runaway_steps
-        )
+    @property
+    def reads_digests(self) -> bool:
+        """Whether the index is open for reading (closed after the report's last read)."""
+        return self._reader is not None
 
     def valid_digests(
         self, digests: dict[str, tuple[int, int, bytes]], now: datetime
@@ -363,15 +347,6 @@ class GroupMemo:
         finally:
             index.close()
         self._new, self._new_digests = [], []
-
-
-def lean_step(item: ClassifiedStep, keep_parts: bool = False) -> ClassifiedStep:
-    """What the reports read of a classified step, without what only the classifier read:
-    the earlier steps of its turn, and (for diagnose) its parts. A memo hit then rebuilds a
-    few objects per step instead of a whole turn (decoding them is most of a warm run)."""
-    step = item.step if keep_parts else replace(item.step, parts=())
-    turn = Turn(item.turn.session_id, item.turn.user, (step,))
-    return replace(item, step=step, turn=turn)
 
 
 def _key(
