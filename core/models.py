@@ -16,6 +16,8 @@ from typing import Any
 
 #: Key under a text part's ``metadata`` that marks a message autoretry injected.
 MARKER_KEY = "autoretry"
+#: The zero of OpenCode's epoch-ms times and of the reports' compact microsecond times.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def from_epoch_ms(value: int | float | None) -> datetime | None:

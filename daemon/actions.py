@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from opencode_autoretry.daemon.scheduler import Timers
-from opencode_autoretry.daemon.sessions import Sessions
+from opencode_autoretry.daemon.sessions import OWNER_GRACE, Sessions
 from opencode_autoretry.decisions.budget import PendingRetry
 from opencode_autoretry.decisions.fallback import switch_of
 from opencode_autoretry.decisions.policy import INTERRUPTION_LABELS
@@ -390,7 +390,6 @@ class Recovery:
     DB is confirmed instead of sent again.
     """
 
-    OWNER_GRACE = timedelta(seconds=90)  # bridges reconnect with backoff after our restart
     CONFIRM_TIMEOUT = timedelta(seconds=60)
 
     def __init__(
@@ -495,7 +494,7 @@ class Recovery:
         self._actions.send_injection(injection, now)
 
     def _past_owner_grace(self, injection: InjectionRecord, now: datetime) -> bool:
-        return injection.due is not None and now - injection.due > self.OWNER_GRACE
+        return injection.due is not None and now - injection.due > OWNER_GRACE
 
     def check_sent(self, now: datetime) -> None:
         """Sent but never seen: confirm from the DB, or give up after CONFIRM_TIMEOUT."""

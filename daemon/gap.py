@@ -31,7 +31,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from opencode_autoretry.daemon.sessions import ABORT_GRACE_S, Sessions, SessionView
+from opencode_autoretry.daemon.sessions import (
+    ABORT_GRACE_S,
+    OWNER_GRACE,
+    Sessions,
+    SessionView,
+)
 from opencode_autoretry.decisions.error_kinds import classify_error
 from opencode_autoretry.models import Action, Kind, Message, Turn
 from opencode_autoretry.plugin_bridge.protocol import Hello
@@ -47,8 +52,6 @@ LOOKBACK = timedelta(seconds=120)
 #: However long the gap: a turn that ended longer ago than this is history the user has seen
 #: (a machine that was off for a night does not wake up continuing yesterday's turns).
 MAX_AGE = timedelta(minutes=15)
-#: Sessions waiting for their bridge are judged without one after this (recorded, never sent).
-OWNER_GRACE = timedelta(seconds=90)
 #: Skips whose reason can have passed by the end of a gap: the turn is judged again.
 TRANSIENT_SKIPS = ("no live owner", "session is busy", "retrying itself", "waiting on")
 

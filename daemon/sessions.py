@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from opencode_autoretry.models import ErrorInfo, Kind, LiveFacts, Turn, Verdict
@@ -163,6 +163,10 @@ def stall_verdict(view: SessionView, turn: Turn | None, now: datetime) -> Verdic
 
 
 ABORT_GRACE_S = 30.0
+#: How long a session the daemon saw owned waits for its bridge after a restart or a cut:
+#: bridges reconnect with backoff. Past it, a pending continuation is cancelled and the gap
+#: review judges the session without an owner (recorded, never sent).
+OWNER_GRACE = timedelta(seconds=90)
 
 
 def expire_abort(view: SessionView, now: datetime) -> None:

@@ -9,21 +9,22 @@ transition is converted value by value, as before.
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta, tzinfo
+from datetime import date, timedelta, tzinfo
+
+from opencode_autoretry.models import EPOCH
 
 _DAY_MS = 86_400_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _offset_ms(ms: int, zone: tzinfo | None) -> int:
-    local = (_EPOCH + timedelta(milliseconds=ms)).astimezone(zone)
+    local = (EPOCH + timedelta(milliseconds=ms)).astimezone(zone)
     offset = local.utcoffset()
     return 0 if offset is None else offset // timedelta(milliseconds=1)
 
 
 def exact_day(ms: int, zone: tzinfo | None) -> date:
     """The reference: what ``astimezone(zone).date()`` gives (``None``: the machine's zone)."""
-    return (_EPOCH + timedelta(milliseconds=ms)).astimezone(zone).date()
+    return (EPOCH + timedelta(milliseconds=ms)).astimezone(zone).date()
 
 
 class LocalDays:
@@ -49,5 +50,5 @@ class LocalDays:
         number = (ms + offset) // _DAY_MS
         found = self._days.get(number)
         if found is None:
-            found = self._days[number] = (_EPOCH + timedelta(days=number)).date()
+            found = self._days[number] = (EPOCH + timedelta(days=number)).date()
         return found

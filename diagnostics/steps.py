@@ -30,6 +30,7 @@ from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
 
 #: A step with nothing after it is taken as settled once it is this old.
 SETTLE = timedelta(minutes=5)
+SETTLE_MS = int(SETTLE.total_seconds() * 1000)
 IDLE = LiveFacts()
 BUSY = LiveFacts(busy=True)
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from opencode_autoretry import package_version
 from opencode_autoretry.daemon.intake.bridges import (
     BridgeClosed,
     BridgeConnected,
@@ -98,7 +99,7 @@ def test_hello_is_announced_and_answered_with_welcome(server, inbox):
     connected = next_item(inbox, BridgeConnected)
     assert connected.hello == Hello(pid=42, directory="/proj", project="p1")
     assert connected.at == NOW
-    assert read_line(client) == {"v": 1, "type": "welcome", "daemon": "0.1.0"}
+    assert read_line(client) == {"v": 1, "type": "welcome", "daemon": package_version()}
     client.close()
 
 

@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
 from opencode_rows import aborted_error  # noqa: E402
 
-from opencode_autoretry.daemon.gap import LOOKBACK, OWNER_GRACE  # noqa: E402
+from opencode_autoretry.daemon.gap import LOOKBACK  # noqa: E402
+from opencode_autoretry.daemon.sessions import OWNER_GRACE  # noqa: E402
 from opencode_autoretry.store.database import Store  # noqa: E402
 
 

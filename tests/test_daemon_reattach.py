@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import CONN, PID, Harness  # noqa: E402
 from opencode_rows import aborted_error  # noqa: E402
 
-from opencode_autoretry.daemon.gap import OWNER_GRACE  # noqa: E402
 from opencode_autoretry.daemon.inbox import BridgeConnected  # noqa: E402
+from opencode_autoretry.daemon.sessions import OWNER_GRACE  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
 
 NO_OWNER = "skip: no live owner (recorded, never injected)"

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from opencode_rows import OpenCodeRows  # noqa: E402
 
+from opencode_autoretry import package_version  # noqa: E402
 from opencode_autoretry.cli.main import main  # noqa: E402
 from opencode_autoretry.config.settings import Settings  # noqa: E402
 from opencode_autoretry.diagnostics.doctor.checks import Status, Subject  # noqa: E402
@@ -38,7 +39,7 @@ from opencode_autoretry.store.database import Heartbeat  # noqa: E402
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 DAEMON_PID = 5151
 OPENCODE_PID = 6161
-VERSION = "0.1.0"
+VERSION = package_version()
 
 
 class World:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from opencode_autoretry.models import (
+    EPOCH,
     ErrorInfo,
     Message,
     Part,
@@ -54,13 +55,12 @@ def _int(value: object) -> int:
 
 #: The last millisecond ``datetime`` can hold (9999-12-31): later times are clamped to it.
 _MAX_MS = 253_402_300_799_999
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _at(epoch_ms: object) -> datetime:
     """Clamped to 1970..9999: a corrupt row must not stop the reader (found by fuzzing)."""
     ms = min(max(_int(epoch_ms), 0), _MAX_MS)
-    return _EPOCH + timedelta(milliseconds=ms)
+    return EPOCH + timedelta(milliseconds=ms)
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

@@ -27,6 +27,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+from opencode_autoretry import package_version
 from opencode_autoretry.clock import Clock, SystemClock
 from opencode_autoretry.daemon.intake.hardening import PeerCheck, owned_private_dir, same_user
 from opencode_autoretry.daemon.parts import SOCKET, PartHealth
@@ -45,7 +46,6 @@ from opencode_autoretry.plugin_bridge.protocol import (
 )
 
 log = logging.getLogger(__name__)
-DAEMON_VERSION = "0.1.0"
 
 
 class SocketBusyError(RuntimeError):
@@ -177,7 +177,7 @@ class BridgeServer:
         clock: Clock | None = None,
         max_line: int = MAX_LINE_BYTES,
         write_timeout: float = 5.0,
-        daemon_version: str = DAEMON_VERSION,
+        daemon_version: str | None = None,
         parts: PartHealth | None = None,
         peer_check: PeerCheck = same_user,
     ) -> None:
@@ -186,7 +186,7 @@ class BridgeServer:
         self._clock = clock or SystemClock()
         self._max_line = max_line
         self._write_timeout = write_timeout
-        self._daemon_version = daemon_version
+        self._daemon_version = daemon_version or package_version()
         self._conns: dict[str, _Conn] = {}
         self._lock = threading.Lock()
         self._ids = count(1)

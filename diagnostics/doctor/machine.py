@@ -13,10 +13,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 
 import psutil
+
+from opencode_autoretry import package_version
 
 #: Executable names of OpenCode (the npm package links ``opencode.exe`` to the native binary).
 OPENCODE_NAMES = frozenset({"opencode", "opencode.exe"})
@@ -66,13 +67,6 @@ def own_opencode_processes() -> list[ProcessInfo]:
             found.append(ProcessInfo(info["pid"], info.get("ppid") or 0, argv))
     pids = {p.pid for p in found}
     return [p for p in found if p.ppid not in pids]
-
-
-def package_version() -> str:
-    try:
-        return metadata.version("opencode-autoretry")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _now() -> datetime:

@@ -35,7 +35,7 @@ from opencode_autoretry.diagnostics.index.session_digest import (
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.steps import (
     ABNORMAL_KINDS,
-    SETTLE,
+    SETTLE_MS,
     ClassifiedStep,
     classify_rows,
     classify_streamed,
@@ -48,7 +48,6 @@ from opencode_autoretry.opencode.dbtypes import ms_or_zero
 if TYPE_CHECKING:
     from opencode_autoretry.diagnostics.index.indexed_db import GroupMemo, IndexedDB
 
-_SETTLE_MS = int(SETTLE.total_seconds() * 1000)
 _ABNORMAL = frozenset(ABNORMAL_KINDS)
 
 
@@ -180,7 +179,7 @@ def _digest(
                 items[sid].append((lean_step(item), extra))
     now_ms = to_epoch_ms(now)
     for sid, bounds in header.items():
-        valid_from = newest[sid] + _SETTLE_MS if sid in newest else 0
+        valid_from = newest[sid] + SETTLE_MS if sid in newest else 0
         if now_ms < valid_from:
             continue  # it may still change with the clock alone
         found = sorted(

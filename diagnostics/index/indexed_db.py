@@ -20,7 +20,12 @@ from typing import Any, ClassVar
 
 from opencode_autoretry.diagnostics.index.memo_codec import decode, encode
 from opencode_autoretry.diagnostics.index.step_index import CandidateRow, StepIndex
-from opencode_autoretry.diagnostics.steps import SETTLE, ClassifiedStep, classify_rows, lean_step
+from opencode_autoretry.diagnostics.steps import (
+    SETTLE_MS,
+    ClassifiedStep,
+    classify_rows,
+    lean_step,
+)
 from opencode_autoretry.diagnostics.trace.report import Outcome, message_links
 from opencode_autoretry.diagnostics.trace.rows import Rendered, decode_rendered, encode_rendered
 from opencode_autoretry.models import Message, to_epoch_ms
@@ -36,7 +41,6 @@ from opencode_autoretry.opencode.index_source import IndexSource
 from opencode_autoretry.opencode.shapes import load_json, parse_message
 
 MARKED = MARKED_PART_TEXT
-_SETTLE_MS = int(SETTLE.total_seconds() * 1000)
 #: More memo entries than this (old windows' groups pile up): start again.
 MEMO_LIMIT = 500_000
 #: The prefix of trace's entries (one per continuation message).
@@ -286,7 +290,7 @@ class GroupMemo:
     ) -> None:
         """Kept only once the clock no longer matters: every step older than SETTLE."""
         if items:
-            since = max(to_epoch_ms(i.step.time_created) for i in items) + _SETTLE_MS
+            since = max(to_epoch_ms(i.step.time_created) for i in items) + SETTLE_MS
             self._keep(key, session_id, [lean_step(i) for i in items], since, now)
 
     def _keep(self, key: str, session_id: str, value: Any, valid_from: int, now: datetime) -> None:
@@ -307,7 +311,7 @@ class GroupMemo:
             trigger, outcome = remembered
             return trigger, outcome
         trigger, outcome = message_links(db, message, now)
-        since = to_epoch_ms(trigger.step.time_created) + _SETTLE_MS if trigger else 0
+        since = to_epoch_ms(trigger.step.time_created) + SETTLE_MS if trigger else 0
         kept = lean_step(trigger, keep_parts=True) if trigger else None
         self._keep(key, session_id, (kept, outcome), since, now)
         return trigger, outcome

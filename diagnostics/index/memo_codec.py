@@ -22,10 +22,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from opencode_autoretry.diagnostics.steps import ClassifiedStep
-from opencode_autoretry.models import ErrorInfo, Kind, Message, Role, Tokens, Turn, Verdict
+from opencode_autoretry.models import EPOCH, ErrorInfo, Kind, Message, Role, Tokens, Turn, Verdict
 
 _FLAT = b"M"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _US = timedelta(microseconds=1)
 _SAME_ERROR = "="  # the verdict's error is the step's (the usual case)
 _ROLES = {r.value: r for r in Role}
@@ -60,7 +59,7 @@ def _time(value: datetime | None) -> int | None:
         return None
     if value.tzinfo is not UTC:
         raise _NotFlat("a datetime not in UTC")
-    return (value - _EPOCH) // _US
+    return (value - EPOCH) // _US
 
 
 def _error(value: ErrorInfo | None) -> tuple[Any, ...] | None:
@@ -172,7 +171,7 @@ class _Decoder:
             return None
         found = self._times.get(us)
         if found is None:
-            found = self._times[us] = _EPOCH + timedelta(microseconds=us)
+            found = self._times[us] = EPOCH + timedelta(microseconds=us)
         return found
 
     def _error(self, values: tuple[Any, ...] | None) -> ErrorInfo | None:

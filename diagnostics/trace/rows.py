@@ -18,17 +18,15 @@ import json
 import marshal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from opencode_autoretry.diagnostics.steps import SETTLE
-from opencode_autoretry.models import Message, to_epoch_ms
+from opencode_autoretry.diagnostics.steps import SETTLE_MS
+from opencode_autoretry.models import EPOCH, Message, to_epoch_ms
 
 #: Stands for the continuations while the rest of the report is encoded.
 PLACEHOLDER = "\0continuations\0"
 _INDENT = "    "  # two levels of ``indent=2``: the report's object, then the list
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-SETTLE_MS = int(SETTLE.total_seconds() * 1000)
 
 
 @dataclass(frozen=True)
@@ -81,12 +79,12 @@ def encode_rendered(item: Rendered, marker: int | None) -> bytes:
 
 def decode_rendered(message_id: str, blob: bytes) -> tuple[Rendered, int | None]:
     time_us, session_id, marker, text = marshal.loads(blob)
-    at = _EPOCH + timedelta(microseconds=time_us)
+    at = EPOCH + timedelta(microseconds=time_us)
     return Rendered(at, message_id, session_id, text), marker
 
 
 def _time_us(value: datetime) -> int:
-    return (value - _EPOCH) // timedelta(microseconds=1)
+    return (value - EPOCH) // timedelta(microseconds=1)
 
 
 class RenderedMemo(Protocol):
