@@ -178,3 +178,15 @@ def test_an_upward_import_inside_a_function_is_found() -> None:
     assert upward_imports(graph) == [
         "opencode_autoretry.decisions.budget -> opencode_autoretry.daemon.loop"
     ]
+
+
+def test_the_readme_layout_names_every_room() -> None:
+    """README's Development tree has a line for each package folder (a new room is drawn)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    tree = readme.split("## Development", 1)[1].split("```", 2)[1]
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for package in setuptools["packages"]:
+        leaf = package.rpartition(".")[2]
+        if package == "opencode_autoretry":
+            continue
+        assert f"{leaf}/" in tree, f"README's layout tree does not show {package}"
