@@ -252,10 +252,11 @@ if daemon.get("running") and daemon.get("pid"):
 # Stop this virtualenv's detached daemon: the pid in the pid file, and the pid in the store's
 # heartbeat (a daemon started by an older install.sh, which wrote no pid file). Each pid is
 # checked to be this virtualenv's `autoretry run` before it gets SIGTERM; never a name pattern.
+# $1 = pidfile: the pid file only (a service's daemon, in the heartbeat, is the service's to stop).
 stop_detached() {
   local pid candidates=() stopped i
   if [[ -f "$PIDFILE" ]]; then candidates+=("$(head -n 1 "$PIDFILE")"); fi
-  candidates+=("$(heartbeat_pid)")
+  [[ "${1:-}" == pidfile ]] || candidates+=("$(heartbeat_pid)")
   for pid in "${candidates[@]}"; do
     is_our_daemon "$pid" || continue
     kill -TERM "$pid" 2>/dev/null || continue
@@ -417,7 +418,7 @@ start_systemd() {
   if [[ -f "$UNIT" ]] && ! unit_is_ours; then
     die "$UNIT exists and was not written by install.sh; remove or rename it, or run with AUTORETRY_SERVICE=none"
   fi
-  stop_detached  # a daemon an earlier run started detached
+  stop_detached pidfile  # a daemon an earlier run started detached
   local before
   before="$(log_size)"
   write_unit
@@ -474,7 +475,7 @@ start_launchd() {
   if [[ -f "$PLIST" ]] && ! plist_is_ours; then
     die "$PLIST exists and was not written by install.sh; remove or rename it, or run with AUTORETRY_SERVICE=none"
   fi
-  stop_detached
+  stop_detached pidfile
   local before
   before="$(log_size)"
   (umask 077 && mkdir -p "$STATE_DIR" && : >"$ERRFILE")
