@@ -7,8 +7,9 @@ launchd agent of the real user. pip keeps the index it already uses (the ``PIP_*
 and the user's pip config file are passed on). The daemons a test started are stopped at its end,
 pass or fail, and the paths install.sh would touch in the real home are checked unchanged.
 
-The two scenarios that pip-install (``test_install_upgrade_uninstall``,
-``test_existing_venv_own_command_and_bad_config``) take about 30 s each; the rest is fast.
+The two scenarios that pip-install (``test_install_upgrade_uninstall``: install 16 s, upgrade
+9 s, uninstall 4 s on an idle 2-core machine; ``test_existing_venv_own_command_and_bad_config``:
+about 25 s) are the slow ones, the rest takes a second; about 50 s of CPU in all.
 """
 
 from __future__ import annotations
