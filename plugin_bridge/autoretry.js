@@ -16,14 +16,16 @@ import net from "node:net"
 import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./autoretry/history.js"
 import {
   BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, LATE_REPLY_MS, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
-  LineBuffer, processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath,
-  trimEvent, WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer,
+  LineBuffer, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue,
+  trimEvent, WRITE_BATCH, chatMessageFields, coalesceWindow, DeltaCoalescer,
   isExecRun, markContinuation, pendingExecMarker, PromptBook, SessionBook,
 } from "./autoretry/wire.js"
+import { backoffDelay, checkSocket, processListens, socketPath } from "./autoretry/socket.js"
 
 // Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
 export * from "./autoretry/history.js"
 export * from "./autoretry/wire.js"
+export * from "./autoretry/socket.js"
 
 // AUTORETRY_BRIDGE_STATS_MS lets tests see stats without waiting 15 s.
 function statsInterval(options, env = process.env) {
@@ -66,6 +68,8 @@ export class Bridge {
       }
     }
     this.path = options.socketPath ?? socketPath()
+    this.checkSocket = options.checkSocket ?? checkSocket // injectable: tests simulate another user
+    this.refusal = null // the refusal last logged, so each is logged once
     this.queue = new SendQueue(options.queueLimit ?? QUEUE_LIMIT)
     this.socket = null
     this.connected = false // socket open: lines are queued
@@ -100,6 +104,7 @@ export class Bridge {
 
   connect() {
     if (this.closed || this.socket) return
+    if (!this.socketIsSafe()) return this.scheduleReconnect()
     try {
       const socket = net.createConnection({ path: this.path })
       this.socket = socket
@@ -113,6 +118,29 @@ export class Bridge {
       this.socket = null
       this.scheduleReconnect()
     }
+  }
+
+  // Checked before every connect (see socket.js): a refusal is retried with the usual
+  // backoff and logged once in OpenCode's log (never on the terminal); "absent" is just a
+  // daemon that is not running.
+  socketIsSafe() {
+    const check = this.checkSocket(this.path)
+    if (check.ok) {
+      this.refusal = null
+      return true
+    }
+    if (check.reason !== "absent" && check.message !== this.refusal) {
+      this.refusal = check.message
+      this.logQuietly("warn", `autoretry: not connecting to the daemon's socket: ${check.message}`)
+    }
+    return false
+  }
+
+  // Fire and forget: a log call must never throw into, or hold up, the connect path.
+  logQuietly(level, message) {
+    try {
+      Promise.resolve(this.client.app.log({ body: { service: "autoretry", level, message } })).catch(() => {})
+    } catch {}
   }
 
   async onConnect(socket) {

@@ -63,6 +63,7 @@ class ShippedFile:
 
 PLUGIN = ShippedFile(PLUGIN_NAME, "plugins", signed=True)
 HELPERS = (
+    ShippedFile("autoretry/socket.js", "plugins", signed=True),
     ShippedFile("autoretry/wire.js", "plugins", signed=True),
     ShippedFile("autoretry/history.js", "plugins", signed=True),
 )

@@ -1,11 +1,8 @@
-// opencode-autoretry bridge: wire helpers (protocol table, socket path, event trimming, queue).
+// opencode-autoretry bridge: wire helpers (protocol table, event trimming, queue).
 //
 // Pure helpers of the bridge plugin, kept apart so the plugin file stays small. OpenCode 1.18
 // loads only `{plugin,plugins}/*.{ts,js}` (one level, no subfolders) as plugins, so this file,
 // installed as `plugins/autoretry/wire.js`, is only ever imported by `plugins/autoretry.js`.
-import os from "node:os"
-import path from "node:path"
-
 export const PROTOCOL_VERSION = 1
 export const BRIDGE_VERSION = "0.1.0"
 export const MAX_LINE_BYTES = 1024 * 1024
@@ -86,24 +83,6 @@ export function parseLine(line) {
 
 export function encodeMessage(type, fields) {
   return JSON.stringify({ v: PROTOCOL_VERSION, type, ...fields }) + "\n"
-}
-
-// Where the daemon listens; mirrors opencode_autoretry.paths.socket_path().
-export function socketPath(env = process.env, home = os.homedir()) {
-  if (env.AUTORETRY_SOCKET) return env.AUTORETRY_SOCKET.replace(/^~(?=\/|$)/, home)
-  if (env.XDG_RUNTIME_DIR) return path.join(env.XDG_RUNTIME_DIR, "opencode-autoretry", "daemon.sock")
-  if (env.AUTORETRY_HOME) return path.join(env.AUTORETRY_HOME.replace(/^~(?=\/|$)/, home), "daemon.sock")
-  const data = env.XDG_DATA_HOME || path.join(home, ".local", "share")
-  return path.join(data, "opencode-autoretry", "daemon.sock")
-}
-
-// The plugin's serverUrl is a bogus http://localhost:4096/ unless the process really listens.
-export function processListens(argv = process.argv) {
-  return argv.some((a) => a === "serve" || a === "web" || a.startsWith("--port") || a.startsWith("--hostname"))
-}
-
-export function backoffDelay(attempt) {
-  return Math.min(30000, 500 * 2 ** Math.max(0, attempt))
 }
 
 function cut(text, keep) {
