@@ -36,6 +36,10 @@ def test_shipped_files_are_the_ones_in_the_checkout():
 
 
 HELPER_TARGETS = [
+    "plugins/autoretry/books.js",
+    "plugins/autoretry/coalesce.js",
+    "plugins/autoretry/framing.js",
+    "plugins/autoretry/messages.js",
     "plugins/autoretry/socket.js",
     "plugins/autoretry/wire.js",
     "plugins/autoretry/history.js",

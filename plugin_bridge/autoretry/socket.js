@@ -2,6 +2,7 @@
 //
 // Pure helpers, imported only by `plugins/autoretry.js` (OpenCode does not load subfolders of
 // `plugins/` as plugins).
+// @ts-check
 import fs from "node:fs"
 import os from "node:os"
 import path from "node:path"
