@@ -11,26 +11,56 @@
 //
 // OpenCode 1.18 loads a file whose default export is `{id, server}` through `server()` only,
 // so the named exports below (pure helpers, used by the node --test suite) are not plugins.
+// @ts-check
+/** @typedef {import("./autoretry/types.js").OpenCodeClient} OpenCodeClient */
+/** @typedef {import("./autoretry/types.js").PluginInput} PluginInput */
+/** @typedef {import("./autoretry/types.js").WireMessage} WireMessage */
+/** @typedef {import("./autoretry/types.js").PromptRequest} PromptRequest */
+/** @typedef {import("./autoretry/types.js").ReplyMessage} ReplyMessage */
+/** @typedef {import("./autoretry/types.js").BusEvent} BusEvent */
+/** @typedef {import("./autoretry/framing.js").LineKind} LineKind */
+/** @typedef {import("./autoretry/socket.js").SocketCheck} SocketCheck */
+/**
+ * @typedef {object} BridgeOptions (tests set them; OpenCode passes none)
+ * @property {string} [socketPath]
+ * @property {(file: string) => SocketCheck} [checkSocket]
+ * @property {number} [queueLimit]
+ * @property {number} [trimLimit]
+ * @property {number} [sessionLimit]
+ * @property {number} [promptLimit]
+ * @property {number} [statsMs]
+ * @property {number} [coalesceMs]
+ */
 import net from "node:net"
 
+import { PromptBook, SessionBook } from "./autoretry/books.js"
+import { coalesceWindow, DeltaCoalescer } from "./autoretry/coalesce.js"
+import { LineBuffer, QUEUE_LIMIT, SendQueue, WRITE_BATCH } from "./autoretry/framing.js"
 import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./autoretry/history.js"
+import { chatMessageFields, isExecRun, markContinuation, pendingExecMarker, promptBody, trimEvent } from "./autoretry/messages.js"
+import { backoffDelay, checkSocket, processListens, socketPath } from "./autoretry/socket.js"
 import {
-  BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, LATE_REPLY_MS, FORWARDED_EVENTS, MAX_LINE_BYTES, parseLine,
-  LineBuffer, processListens, promptBody, QUEUE_LIMIT, REQUEST_TIMEOUT_MS, SendQueue, socketPath,
-  trimEvent, WRITE_BATCH, backoffDelay, chatMessageFields, coalesceWindow, DeltaCoalescer,
-  isExecRun, markContinuation, pendingExecMarker, PromptBook, SessionBook,
+  BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, LATE_REPLY_MS, MAX_LINE_BYTES, parseLine,
+  REQUEST_TIMEOUT_MS,
 } from "./autoretry/wire.js"
 
 // Pure helpers live in ./autoretry/ (OpenCode loads only `plugins/*.js`, one level deep).
+export * from "./autoretry/books.js"
+export * from "./autoretry/coalesce.js"
+export * from "./autoretry/framing.js"
 export * from "./autoretry/history.js"
+export * from "./autoretry/messages.js"
+export * from "./autoretry/socket.js"
 export * from "./autoretry/wire.js"
 
 // AUTORETRY_BRIDGE_STATS_MS lets tests see stats without waiting 15 s.
+/** @param {BridgeOptions} options */
 function statsInterval(options, env = process.env) {
   const raw = Number(options.statsMs ?? env.AUTORETRY_BRIDGE_STATS_MS)
   return Number.isFinite(raw) && raw >= 100 ? raw : 15000
 }
 
+/** @template T @param {Promise<T>} promise @param {number} ms @param {string} what @returns {Promise<T>} */
 function withTimeout(promise, ms, what) {
   let timer
   const timeout = new Promise((_, reject) => {
@@ -41,6 +71,7 @@ function withTimeout(promise, ms, what) {
 }
 
 // Socket callbacks run outside any OpenCode try/catch: an exception there would crash it.
+/** @template {unknown[]} A @param {(...args: A) => void} fn @returns {(...args: A) => void} */
 function safe(fn) {
   return (...args) => {
     try {
@@ -49,12 +80,15 @@ function safe(fn) {
   }
 }
 
+/** @param {any} res an SDK result: `{data}` or `{error}` */
 function sdkFailed(res) {
   return res && typeof res === "object" && res.error !== undefined && res.error !== null
 }
 
 export class Bridge {
+  /** @param {PluginInput} input @param {BridgeOptions} [options] */
   constructor(input, options = {}) {
+    /** @type {OpenCodeClient} */
     this.client = input.client
     this.directory = input.directory ?? input.worktree ?? ""
     this.project = input.project?.id ?? null
@@ -66,7 +100,11 @@ export class Bridge {
       }
     }
     this.path = options.socketPath ?? socketPath()
+    this.checkSocket = options.checkSocket ?? checkSocket // injectable: tests simulate another user
+    /** @type {string | null} */
+    this.refusal = null // the refusal last logged, so each is logged once
     this.queue = new SendQueue(options.queueLimit ?? QUEUE_LIMIT)
+    /** @type {import("node:net").Socket | null} */
     this.socket = null
     this.connected = false // socket open: lines are queued
     this.ready = false // hello written first: lines are flushed
@@ -76,16 +114,21 @@ export class Bridge {
     this.sent = 0
     this.unknown = 0
     this.buffer = new LineBuffer(MAX_LINE_BYTES)
+    /** @type {Map<string, (reply: ReplyMessage | null) => void>} */
     this.pending = new Map()
+    /** @type {Set<(ok: boolean) => void>} */
     this.readyWaiters = new Set()
     this.nextCommand = 1
     this.closed = false
     this.flushPending = false
+    /** @type {string | null} */
     this.version = null
+    /** @type {ReturnType<typeof setTimeout> | null} */
     this.timer = null
     this.trims = new TrimBook(options.trimLimit)
     this.book = new SessionBook(options.sessionLimit) // what the hello names (issue 11)
     this.prompts = new PromptBook(options.promptLimit) // the continuations run here (issue 11)
+    /** @type {Record<string, Record<string, number>>} */
     this.penalties = {}
     this.deltas = new DeltaCoalescer((event, t) => this.send("event", { t, event }, "delta"),
       coalesceWindow(options))
@@ -100,12 +143,14 @@ export class Bridge {
 
   connect() {
     if (this.closed || this.socket) return
+    if (!this.socketIsSafe()) return this.scheduleReconnect()
     try {
       const socket = net.createConnection({ path: this.path })
       this.socket = socket
       socket.setEncoding("utf8")
       socket.on("connect", () => this.onConnect(socket))
-      socket.on("data", safe((chunk) => this.onData(chunk)))
+      // setEncoding("utf8"): every chunk is a string
+      socket.on("data", safe((/** @type {string} */ chunk) => this.onData(chunk)))
       socket.on("drain", safe(() => this.flush()))
       socket.on("error", () => {})
       socket.on("close", safe(() => this.onClose(socket)))
@@ -115,6 +160,31 @@ export class Bridge {
     }
   }
 
+  // Checked before every connect (see socket.js): a refusal is retried with the usual
+  // backoff and logged once in OpenCode's log (never on the terminal); "absent" is just a
+  // daemon that is not running.
+  socketIsSafe() {
+    const check = this.checkSocket(this.path)
+    if (check.ok) {
+      this.refusal = null
+      return true
+    }
+    if (check.reason !== "absent" && check.message !== this.refusal) {
+      this.refusal = check.message
+      this.logQuietly("warn", `autoretry: not connecting to the daemon's socket: ${check.message}`)
+    }
+    return false
+  }
+
+  // Fire and forget: a log call must never throw into, or hold up, the connect path.
+  /** @param {string} level @param {string} message */
+  logQuietly(level, message) {
+    try {
+      Promise.resolve(this.client.app.log({ body: { service: "autoretry", level, message } })).catch(() => {})
+    } catch {}
+  }
+
+  /** @param {import("node:net").Socket} socket */
   async onConnect(socket) {
     try {
       socket.unref?.() // an idle bridge must never keep `opencode run` alive
@@ -138,6 +208,7 @@ export class Bridge {
     if (this.version) return this.version
     try {
       // The v1 SDK has no health(); its raw fetch client (`_client`) reaches the same app.
+      /** @type {any} */ // an older SDK answered the body itself, without `data`
       const res = await withTimeout(this.client._client.get({ url: "/global/health" }), 1000, "health")
       const version = res?.data?.version ?? res?.version
       if (typeof version === "string") this.version = version
@@ -145,6 +216,7 @@ export class Bridge {
     return this.version
   }
 
+  /** @param {import("node:net").Socket} socket */
   onClose(socket) {
     if (this.socket !== socket) return
     this.socket = null
@@ -170,6 +242,7 @@ export class Bridge {
   }
 
   // Nothing is queued while disconnected: the daemon rebuilds its view from OpenCode's DB.
+  /** @param {string} type @param {Record<string, unknown>} fields @param {LineKind} [kind] @returns {boolean} false: not sent */
   send(type, fields, kind = "control") {
     if (!this.connected) return false
     if (kind !== "delta") this.deltas.flush() // a held delta goes first: order is kept
@@ -204,6 +277,7 @@ export class Bridge {
       let size = 0
       while (this.queue.length > 0 && size < WRITE_BATCH) {
         const item = this.queue.shift()
+        if (!item) break
         batch.push(item.line)
         size += item.line.length
       }
@@ -219,12 +293,14 @@ export class Bridge {
     } catch {}
   }
 
+  /** @param {string} chunk */
   onData(chunk) {
     const { lines, oversize } = this.buffer.feed(chunk)
     this.unknown += oversize
     for (const line of lines) this.handleLine(line)
   }
 
+  /** @param {string} line */
   handleLine(line) {
     let msg
     try {
@@ -236,6 +312,7 @@ export class Bridge {
     this.handle(msg).catch(() => {})
   }
 
+  /** @param {WireMessage} msg a validated daemon line */
   async handle(msg) {
     if (msg.type === "welcome") return
     if (msg.type === "config") {
@@ -245,15 +322,16 @@ export class Bridge {
     }
     if (msg.type === "reply") {
       const waiter = this.pending.get(msg.id)
-      if (waiter) waiter(msg)
+      if (waiter) waiter(/** @type {ReplyMessage} */ (msg))
       return
     }
     if (msg.type === "prompt" && !this.prompts.claim(msg)) {
       if (msg.id) this.ack(msg.id, true, null, { duplicate: true }) // it ran (or runs) already
       return
     }
+    /** @type {Record<string, () => unknown>} */
     const runners = {
-      prompt: () => this.doPrompt(msg),
+      prompt: () => this.doPrompt(/** @type {PromptRequest} */ (msg)),
       abort: () => this.client.session.abort({ path: { id: msg.session_id } }),
       toast: () => this.toast(msg),
       trim: () => this.addTrim(msg),
@@ -267,29 +345,37 @@ export class Bridge {
       return
     }
     try {
+      /** @type {any} */
       const res = await withTimeout(Promise.resolve(run()), REQUEST_TIMEOUT_MS, msg.type)
       if (sdkFailed(res)) throw new Error(describeError(res.error))
       if (msg.id) this.ack(msg.id, true, null, res?.result ?? null)
-    } catch (err) {
+    } catch (/** @type {any} */ err) {
       if (msg.id) this.ack(msg.id, false, String(err?.message ?? err))
     }
   }
 
+  /** @param {WireMessage} msg */
   addTrim(msg) {
     if (!this.trims.add(msg)) throw new Error("bad trim")
     return { result: { trims: this.trims.size } }
   }
 
+  /**
+   * @param {string} id @param {boolean} ok @param {string | null} error
+   * @param {Record<string, unknown> | null} [result]
+   */
   ack(id, ok, error, result = null) {
     this.send("ack", { id, ok, error, result })
   }
 
+  /** @param {WireMessage} msg */
   toast(msg) {
     return this.client.tui.showToast({ body: { title: msg.title ?? "autoretry", message: msg.message,
       variant: msg.variant ?? "info", duration: msg.duration ?? undefined } })
   }
 
   // Fail-closed gate: re-read the session right before prompting; unknown means no.
+  /** @param {PromptRequest} msg */
   async doPrompt(msg) {
     let session
     try {
@@ -304,6 +390,7 @@ export class Bridge {
     return { result: { status: res?.response?.status ?? null } }
   }
 
+  /** @param {BusEvent} event */
   forwardEvent(event) {
     try {
       this.book.note(event) // connected or not: the next hello says what happened meanwhile
@@ -323,6 +410,11 @@ export class Bridge {
   // on a loaded machine still carries the command out: the user is told what it did).
   // A command typed while the first connection is still being made (OpenCode just started)
   // waits for it: the daemon is not "down" then.
+  /**
+   * @param {{ sessionID?: string, arguments?: string }} input the command hook's input
+   * @param {((reply: ReplyMessage) => void) | null} [onLate]
+   * @returns {Promise<ReplyMessage | null>}
+   */
   async askCommand(input, onLate = null) {
     if (!(await this.whenReady(COMMAND_TIMEOUT_MS))) return null
     const id = `c-${process.pid}-${this.nextCommand++}`
@@ -343,7 +435,7 @@ export class Bridge {
       const finish = (reply) => {
         forget()
         if (waiting) resolve(reply)
-        else if (reply) onLate(reply)
+        else if (reply && onLate) onLate(reply)
       }
       this.pending.set(id, finish)
       if (!this.send("command", { id, session_id: input?.sessionID ?? null, name: "autoretry", arguments: String(input?.arguments ?? "") }))
@@ -353,6 +445,7 @@ export class Bridge {
 
   // True once the hello is queued; false at once when no connection attempt is in flight,
   // or when the one in flight fails or takes longer than `ms`.
+  /** @param {number} ms @returns {Promise<boolean>} */
   whenReady(ms) {
     if (this.ready) return Promise.resolve(true)
     if (!this.socket) return Promise.resolve(false)
@@ -368,6 +461,7 @@ export class Bridge {
     })
   }
 
+  /** @param {boolean} ok */
   wakeReadyWaiters(ok) {
     for (const waiter of [...this.readyWaiters]) waiter(ok)
   }
@@ -386,6 +480,7 @@ export class Bridge {
   }
 }
 
+/** @param {any} error an SDK error: a string, or `{data: {message}}`, `{message}`, `{name}` */
 function describeError(error) {
   if (typeof error === "string") return error
   return String(error?.data?.message ?? error?.message ?? error?.name ?? JSON.stringify(error))
@@ -396,6 +491,7 @@ export const HANDLED_MESSAGE = "autoretry: command handled by the autoretry plug
 
 export const SLOW_DAEMON_MESSAGE = "autoretry: the daemon has not answered yet; its answer follows"
 
+/** @param {Bridge} bridge @param {{ sessionID?: string, arguments?: string }} input */
 async function handleAutoretryCommand(bridge, input) {
   const show = (body) => withTimeout(bridge.client.tui.showToast({ body }), 2000, "toast").catch(() => {})
   const asReply = (reply) => ({ title: reply.title ?? "autoretry", message: reply.message, variant: reply.variant ?? "info" })
@@ -408,6 +504,7 @@ async function handleAutoretryCommand(bridge, input) {
   return show({ title: "autoretry", message, variant: "warning" })
 }
 
+/** @param {PluginInput} input */
 export const AutoretryBridge = async (input) => {
   let bridge = null
   try {

@@ -63,6 +63,11 @@ class ShippedFile:
 
 PLUGIN = ShippedFile(PLUGIN_NAME, "plugins", signed=True)
 HELPERS = (
+    ShippedFile("autoretry/books.js", "plugins", signed=True),
+    ShippedFile("autoretry/coalesce.js", "plugins", signed=True),
+    ShippedFile("autoretry/framing.js", "plugins", signed=True),
+    ShippedFile("autoretry/messages.js", "plugins", signed=True),
+    ShippedFile("autoretry/socket.js", "plugins", signed=True),
     ShippedFile("autoretry/wire.js", "plugins", signed=True),
     ShippedFile("autoretry/history.js", "plugins", signed=True),
 )

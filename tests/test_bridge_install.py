@@ -35,18 +35,28 @@ def test_shipped_files_are_the_ones_in_the_checkout():
     assert b"$ARGUMENTS" in SHIPPED_MD
 
 
-HELPER_TARGETS = ["plugins/autoretry/wire.js", "plugins/autoretry/history.js"]
+HELPER_TARGETS = [
+    "plugins/autoretry/books.js",
+    "plugins/autoretry/coalesce.js",
+    "plugins/autoretry/framing.js",
+    "plugins/autoretry/messages.js",
+    "plugins/autoretry/socket.js",
+    "plugins/autoretry/wire.js",
+    "plugins/autoretry/history.js",
+]
+H = len(HELPER_TARGETS)
+FILES = H + 2  # the helpers, the plugin, the command file
 NEW, C, U, K, R = (Action.INSTALLED, Action.UNCHANGED, Action.UPDATED, Action.KEPT, Action.REPLACED)
 
 
 @pytest.mark.parametrize(
     ("plugin", "command", "force", "expected"),
     [
-        (None, None, False, [NEW, NEW, NEW, NEW]),
-        (SHIPPED_JS, SHIPPED_MD, False, [C, C, C, C]),
-        (b"// opencode-autoretry bridge v0\n", SHIPPED_MD, False, [C, C, U, C]),
-        (b"export default {}\n", b"my own\n", False, [C, C, K, K]),
-        (b"export default {}\n", b"my own\n", True, [C, C, R, R]),
+        (None, None, False, [NEW] * FILES),
+        (SHIPPED_JS, SHIPPED_MD, False, [C] * FILES),
+        (b"// opencode-autoretry bridge v0\n", SHIPPED_MD, False, [*[C] * H, U, C]),
+        (b"export default {}\n", b"my own\n", False, [*[C] * H, K, K]),
+        (b"export default {}\n", b"my own\n", True, [*[C] * H, R, R]),
     ],
 )
 def test_install(tmp_path, plugin, command, force, expected):
@@ -84,6 +94,15 @@ def test_helper_modules_follow_the_plugin_rules(tmp_path, existing, force, expec
     assert install.install(tmp_path, force=force)[0].action is expected
 
 
+def test_every_helper_module_in_the_package_is_shipped():
+    """A module split out of the bridge but left out of HELPERS would be missing from every
+    install: the plugin's import of it would fail and OpenCode would run without the bridge."""
+    here = Path(__file__).parent.parent / "plugin_bridge" / "autoretry"
+    assert sorted(f"autoretry/{p.name}" for p in here.glob("*.js")) == sorted(
+        h.name for h in install.HELPERS
+    )
+
+
 def test_helpers_live_where_opencode_does_not_load_plugins(tmp_path):
     """OpenCode 1.18 loads ``{plugin,plugins}/*.{ts,js}`` (one level): only our plugin file
     may match that glob; the helpers sit one folder below it."""
@@ -110,9 +129,9 @@ def test_a_previously_shipped_command_file_counts_as_outdated(tmp_path, monkeypa
 @pytest.mark.parametrize(
     ("command", "force", "expected", "left"),
     [
-        (SHIPPED_MD, False, [Action.REMOVED] * 4, False),
-        (b"my own\n", False, [Action.KEPT, *[Action.REMOVED] * 3], True),
-        (b"my own\n", True, [Action.REMOVED] * 4, False),
+        (SHIPPED_MD, False, [Action.REMOVED] * FILES, False),
+        (b"my own\n", False, [Action.KEPT, *[Action.REMOVED] * (FILES - 1)], True),
+        (b"my own\n", True, [Action.REMOVED] * FILES, False),
     ],
 )
 def test_uninstall(tmp_path, command, force, expected, left):
@@ -172,17 +191,16 @@ def test_cli_install_status_uninstall(tmp_path, short_dir, monkeypatch):
     removed = runner.invoke(main, ["bridge", "uninstall", *config])
 
     assert first.exit_code == 0, first.output
-    assert first.output.count("installed") == 4 and "Restart" in first.output
-    assert again.output.count("unchanged") == 4 and "Restart" not in again.output
+    assert first.output.count("installed") == FILES and "Restart" in first.output
+    assert again.output.count("unchanged") == FILES and "Restart" not in again.output
     report = json.loads(status.output)
     assert {k: v["state"] for k, v in report["files"].items()} == {
-        "autoretry/wire.js": "current",
-        "autoretry/history.js": "current",
+        **{t.removeprefix("plugins/"): "current" for t in HELPER_TARGETS},
         "autoretry.js": "current",
         "autoretry.md": "current",
     }
     assert (report["daemon_alive"], report["socket"]) == (False, str(short_dir / "none.sock"))
-    assert removed.output.count("removed") == 4
+    assert removed.output.count("removed") == FILES
 
 
 def test_cli_default_config_dir_follows_xdg(tmp_path, monkeypatch):

@@ -179,7 +179,7 @@ def test_a_missing_or_outdated_bridge_fails_and_an_edited_command_warns(world: W
     checks = world.checks()
     assert checks["bridge"][0] is Status.FAIL
     assert "plugins/autoretry.js from another release" in checks["bridge"][1]
-    assert "wire.js missing" in checks["bridge"][1]
+    assert f"{installer.HELPERS[0].name} missing" in checks["bridge"][1]
     assert "autoretry bridge install" in checks["bridge"][1]
     assert checks["/autoretry"][0] is Status.WARN
 

@@ -5,6 +5,10 @@
 // looping stream it sends a trim; on every later step `experimental.chat.messages.transform`
 // cuts that part down to the loop's first copy in what the provider receives, while OpenCode's
 // DB, and so the TUI, keep the full text.
+// @ts-check
+
+/** @typedef {Record<string, Record<string, number>>} Penalties provider id ("*" = any) -> options */
+/** @typedef {{ message_id: string, keep_chars: number, excerpt: string | null }} Trim */
 
 export const TRIM_NOTICE = "[autoretry: repeated text trimmed]" // = repetition.TRIM_NOTICE
 export const TRIM_LIMIT = 2000 // trims remembered; the daemon re-sends its recent ones on hello
@@ -15,8 +19,10 @@ export const PENALTY_KEYS = new Set(["frequency_penalty", "presence_penalty", "r
 export class TrimBook {
   constructor(limit = TRIM_LIMIT) {
     this.limit = limit
+    /** @type {Map<string, Trim>} */
     this.parts = new Map()
   }
+  /** @param {any} trim a `trim` line @returns {boolean} false: malformed, ignored */
   add(trim) {
     if (!trim || typeof trim.part_id !== "string" || !Number.isInteger(trim.keep_chars) || trim.keep_chars < 0)
       return false
@@ -25,9 +31,11 @@ export class TrimBook {
       message_id: trim.message_id, keep_chars: trim.keep_chars,
       excerpt: typeof trim.excerpt === "string" ? trim.excerpt : null,
     })
-    while (this.parts.size > this.limit) this.parts.delete(this.parts.keys().next().value)
+    // size > limit: there is an oldest key
+    while (this.parts.size > this.limit) this.parts.delete(/** @type {string} */ (this.parts.keys().next().value))
     return true
   }
+  /** @param {string} partId */
   get(partId) {
     return this.parts.get(partId)
   }
@@ -39,6 +47,7 @@ export class TrimBook {
 // Where to cut: keep_chars when the excerpt (the repeated block ending there) is found right
 // before it; else just after the excerpt's first copy near it (the stored text may differ from
 // the streamed one by a few chars); else keep_chars as sent.
+/** @param {string} text @param {number} keep @param {string | null} excerpt */
 export function cutPoint(text, keep, excerpt) {
   if (!excerpt) return keep
   if (keep >= excerpt.length && text.slice(keep - excerpt.length, keep) === excerpt) return keep
@@ -46,6 +55,7 @@ export function cutPoint(text, keep, excerpt) {
   return found >= 0 ? found + excerpt.length : keep
 }
 
+/** @param {unknown} text @param {Trim} trim */
 export function trimText(text, trim) {
   if (typeof text !== "string") return text
   const cut = cutPoint(text, trim.keep_chars, trim.excerpt)
@@ -57,6 +67,7 @@ export function trimText(text, trim) {
 
 // Mutates `messages` ([{info, parts}]) by replacing trimmed parts with shortened copies (the
 // part objects themselves are never changed). Returns how many parts were trimmed.
+/** @param {any} messages @param {TrimBook} book */
 export function applyTrims(messages, book) {
   if (!Array.isArray(messages) || book.size === 0) return 0
   let trimmed = 0
@@ -77,7 +88,9 @@ export function applyTrims(messages, book) {
 }
 
 // {provider: {frequency_penalty: 0.3, ...}} -> only known keys with finite numbers; "*" = any.
+/** @param {any} raw @returns {Penalties} */
 export function normalisePenalties(raw) {
+  /** @type {Penalties} */
   const out = {}
   if (!raw || typeof raw !== "object") return out
   for (const [provider, values] of Object.entries(raw)) {
@@ -92,11 +105,13 @@ export function normalisePenalties(raw) {
 // chat.params: `output.options` become the provider options of the call; an OpenAI-compatible
 // provider passes unknown keys through into the request body. What the user configured in
 // OpenCode itself wins: a key already set is left alone. Returns the keys added.
+/** @param {any} input @param {any} output @param {Penalties} penalties @returns {string[]} */
 export function applyPenalties(input, output, penalties) {
   const provider = input?.model?.providerID ?? input?.provider?.info?.id ?? input?.provider?.id
   const wanted = (typeof provider === "string" && penalties[provider]) || penalties["*"]
   if (!wanted || !output || typeof output !== "object") return []
   if (!output.options || typeof output.options !== "object") output.options = {}
+  /** @type {string[]} */
   const added = []
   for (const [key, value] of Object.entries(wanted)) {
     if (output.options[key] !== undefined) continue

@@ -6,10 +6,17 @@ is prepared once per session (see conftest.py).
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import socket
+import tempfile
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_process import wait_until
 
 from opencode_autoretry.daemon.intake.bridges import BridgeMessage
 from opencode_autoretry.plugin_bridge.protocol import (
@@ -26,6 +33,7 @@ from opencode_autoretry.plugin_bridge.protocol import (
 pytestmark = pytest.mark.e2e
 
 TURN_TIMEOUT = 30.0
+BACKOFF_CAP = 30.0  # the bridge's longest wait between two connection attempts
 
 
 def _is(kind: type, **fields: Any):
@@ -279,3 +287,41 @@ def test_every_delta_of_a_long_answer_reaches_the_daemon(provider, standin, star
         "stats after the turn with nothing left queued in the bridge",
     ).message
     assert stats.dropped == 0
+
+
+def _refusal_logged(server, needle: str) -> bool:
+    """OpenCode writes ``app.log`` lines into its log files (and, when asked, to stderr)."""
+    logs = sorted((server.home.data_dir / "log").glob("*.log"))
+    return any(needle in p.read_text(errors="replace") for p in logs) or needle in server.output()
+
+
+def test_bridge_never_connects_to_a_socket_others_could_have_made(provider, start_opencode):
+    """Security: a listener in a directory other users can enter (here 0755; /tmp would do) is
+    another user's as far as the bridge knows: it gets no connection, so no hello, no event and
+    no chance to send a prompt. Once the directory is private (what the daemon makes of it) the
+    same listener gets the bridge's hello: the good path still connects."""
+    directory = Path(tempfile.mkdtemp(prefix="ar-e2e-open-", dir="/tmp"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        os.chmod(directory, 0o755)
+        listener.bind(str(directory / "daemon.sock"))
+        listener.listen(4)
+        server = start_opencode(socket=directory / "daemon.sock")
+        wait_until(
+            lambda: _refusal_logged(server, "not connecting to the daemon's socket"),
+            TURN_TIMEOUT, "the bridge's refusal in OpenCode's log",
+        )
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            listener.accept()  # nobody connected: the refusal came before any connect
+
+        os.chmod(directory, 0o700)
+        listener.settimeout(BACKOFF_CAP + TURN_TIMEOUT)  # the bridge's next retry, then a hello
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(TURN_TIMEOUT)
+            first = conn.makefile("rb").readline()
+        assert json.loads(first)["type"] == "hello"
+    finally:
+        listener.close()
+        shutil.rmtree(directory, ignore_errors=True)

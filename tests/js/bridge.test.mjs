@@ -236,6 +236,50 @@ test("a daemon that never replies costs the command at most ~1 s", () => withBri
   assert.ok(took >= 900 && took < 2000, `took ${took} ms`)
 }))
 
+// Security: another local user who creates the socket path first (where it points into a
+// shared directory) must get nothing, and must not be able to send a prompt the agent runs.
+test("never connects to a socket in a directory others can enter; connects once it is private", async () => {
+  const shared = fs.mkdtempSync(path.join(dir, "shared-"))
+  fs.chmodSync(shared, 0o755)
+  const daemon = new FakeDaemon(path.join(shared, "daemon.sock"))
+  await daemon.listen()
+  const client = fakeClient()
+  const bridge = new Bridge(input(client), { socketPath: daemon.path }).start()
+  try {
+    assert.equal(bridge.socket, null, "no connection attempt was made")
+    bridge.connect() // a retry meets the same refusal: logged once, still no connection
+    assert.equal(bridge.socket, null)
+    const logs = client.calls.filter(([name]) => name === "log").map(([, args]) => args.body)
+    assert.equal(logs.length, 1)
+    assert.equal(logs[0].level, "warn")
+    assert.match(logs[0].message, /not connecting .*open to others \(mode 0755\)/)
+    fs.chmodSync(shared, 0o700) // what the daemon itself makes of its directory
+    await daemon.waitFor((l) => l.type === "hello", "hello once the directory is private", 10000)
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})
+
+test("a symlink to a live socket is not followed", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const link = freshPath()
+  fs.symlinkSync(daemon.path, link)
+  const client = fakeClient()
+  const bridge = new Bridge(input(client), { socketPath: link }).start()
+  try {
+    assert.equal(bridge.socket, null)
+    assert.match(client.calls.find(([name]) => name === "log")[1].body.message, /is a symlink/)
+    bridge.path = daemon.path // the socket itself, in the same private directory: connects
+    bridge.connect()
+    await daemon.waitFor((l) => l.type === "hello", "hello on the socket itself")
+  } finally {
+    bridge.close()
+    await daemon.close()
+  }
+})
+
 test("reconnects with backoff after the daemon restarts, and says hello again", async () => {
   const socketPath = freshPath()
   let daemon = new FakeDaemon(socketPath)
