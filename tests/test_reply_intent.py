@@ -17,7 +17,9 @@ from opencode_autoretry.todos.reply_intent import Intent, read_intent
         ("", Intent.ASKS),
         ("   \n ", Intent.ASKS),
         ("```\nprint('x')\n```", Intent.ASKS),  # nothing but code: in doubt
-        ("Wrote the file.", Intent.ASKS),  # no sign it carries on: in doubt
+        # A neutral report of a step just done, with todos open, is a premature stop.
+        ("Wrote the file.", Intent.CONTINUES),
+        ("The file is written.", Intent.ASKS),  # no sign it carries on: in doubt
         ("All todos are done.", Intent.DONE),
         ("I'm blocked by the missing token.", Intent.BLOCKED),
         ("I'll fix it next. Which of the two do you want first", Intent.ASKS),
