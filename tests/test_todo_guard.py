@@ -58,12 +58,16 @@ def test_todos_left_after_a_reply_that_carries_on_are_continued_after_the_countd
 
     [decision] = h.store.decisions(sid)
     assert decision.action == "inject_at" and decision.kind == "unfinished_todos"
-    assert h.toasts() == ["autoretry: 2 todos left — continuing in 5 s; write anything to stop"]
+    assert h.toasts() == [
+        "autoretry: 2 todos left — continuing in 5 s; write anything to stop. Will send: the "
+        "open todos (next: “Write the parser”), asking to go on unless the last reply asked "
+        "you something"]
     h.advance(4.9)
     assert h.prompts() == []
     h.advance(0.2)
     [prompt] = h.prompts()
     assert "Write the parser" in prompt.text and "Add the tests" in prompt.text
+    assert "restate that question in one line and stop" in prompt.text
     assert prompt.marker["kind"] == "unfinished_todos"
 
     injected = h.injected_row(sid, prompt)

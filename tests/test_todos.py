@@ -111,6 +111,9 @@ def test_through_the_decision_core_countdown_budget_and_stagnation_notice():
     decision, ledger = decide(ledger, verdict(), context, policy, NOW)
     assert decision.action is Action.INJECT_AT and (decision.due - NOW).total_seconds() == 5
     assert decision.text.startswith("Your todo list still has 2 unfinished")
+    # The model defers to the user even when the reply-intent guard missed a question.
+    assert "asked the user for a decision, an approval, a file or any other input" in decision.text
+    assert "do not act: restate that question in one line and stop" in decision.text
     same = signature(TWO)
     stuck = verdict(history=[same, same, same])
     stuck = type(stuck)(**{**stuck.__dict__, "message_id": "msg_9"})
@@ -147,9 +150,14 @@ def test_budget_runs_out_after_max_continuations():
 
 
 def test_texts():
-    assert countdown_toast(TodoConfig(), 2) == (
-        "autoretry: 2 todos left — continuing in 5 s; write anything to stop")
-    assert countdown_toast(TodoConfig(countdown=1.5), 1).startswith("autoretry: 1 todo left")
+    two = [Todo("Write the parser", "in_progress"), Todo("Add the tests", "pending")]
+    assert countdown_toast(TodoConfig(), two) == (
+        "autoretry: 2 todos left — continuing in 5 s; write anything to stop. Will send: the "
+        "open todos (next: “Write the parser”), asking to go on unless the last reply asked "
+        "you something")
+    one = [Todo("x" * 100, "pending")]
+    assert countdown_toast(TodoConfig(countdown=1.5), one).startswith("autoretry: 1 todo left")
+    assert "“" + "x" * 59 + "…”" in countdown_toast(TodoConfig(), one)  # a long todo is cut
     many = [Todo(f"t{i}", "pending") for i in range(12)]
     text = continuation_text(TodoConfig(message="{count}: {todos}"), many)
     assert text.startswith("12: - [pending] t0") and "… and 2 more" in text

@@ -49,10 +49,17 @@ MAX_TEXT_CHARS = 2000
 
 DEFAULT_MESSAGE = (
     "Your todo list still has {count} unfinished item(s):\n{todos}\n"
-    "Carry on with the next one. If something blocks it, or you need a decision from the user, "
-    "say what it is and stop instead."
+    "If your last reply asked the user for a decision, an approval, a file or any other input, "
+    "do not act: restate that question in one line and stop. Otherwise carry on with the next "
+    "item; if something blocks it, say what it is and stop."
 )
-DEFAULT_TOAST = "autoretry: {count} — continuing in {seconds} s; write anything to stop"
+# Says what will be sent, so that the user can tell whether to step in.
+DEFAULT_TOAST = (
+    "autoretry: {count} — continuing in {seconds} s; write anything to stop. "
+    "Will send: the open todos (next: {next}), asking to go on unless the last reply asked you "
+    "something"
+)
+MAX_TOAST_TODO_CHARS = 60
 DEFAULT_STAGNATION_NOTICE = (
     "autoretry: {count} todos still open, but the last {stagnation} continuations changed none "
     "of them — stopping; waiting for you."
@@ -216,9 +223,13 @@ def continuation_text(config: TodoConfig, unfinished: Sequence[Todo]) -> str:
     return fill(config.message, count=len(unfinished), todos="\n".join(lines))
 
 
-def countdown_toast(config: TodoConfig, left: int) -> str:
+def countdown_toast(config: TodoConfig, unfinished: Sequence[Todo]) -> str:
+    left = len(unfinished)
     count = f"{left} todo left" if left == 1 else f"{left} todos left"
-    return fill(DEFAULT_TOAST, count=count, seconds=f"{config.countdown:g}")
+    first = " ".join(unfinished[0].content.split()) if unfinished else ""
+    if len(first) > MAX_TOAST_TODO_CHARS:
+        first = first[: MAX_TOAST_TODO_CHARS - 1] + "…"
+    return fill(DEFAULT_TOAST, count=count, seconds=f"{config.countdown:g}", next=f"“{first}”")
 
 
 def todo_verdict(

@@ -123,9 +123,10 @@ class TodoGuard:
 
     def _dress(self, decision: Decision, verdict: Verdict, todos: list[Todo]) -> Decision:
         """The todo wording: the countdown toast, and the notices instead of 'still failing'."""
-        left = sum(1 for t in todos if t.unfinished)
+        unfinished = [t for t in todos if t.unfinished]
+        left = len(unfinished)
         if decision.sends:
-            return replace(decision, toast=countdown_toast(self.config, left))
+            return replace(decision, toast=countdown_toast(self.config, unfinished))
         if decision.action is Action.NOTIFY:
             template = (self.config.stagnation_notice if verdict.give_up
                         else self.config.exhausted_notice)
