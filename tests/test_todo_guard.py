@@ -189,3 +189,31 @@ def test_a_rejected_permission_in_the_turn_blocks_the_continuation(tmp_path):
     healthy_end(h, sid, user)
     [decision] = h.store.decisions(sid)
     assert decision.action == "skip" and "permission was rejected" in decision.reason
+
+
+def test_a_late_user_abort_cancels_the_countdown_and_blocks_the_turn(tmp_path):
+    """The abort's event arrives after the healthy end was judged (issue 19)."""
+    h, sid, user = started(tmp_path)
+    write_todos(h, sid, "pending", "pending")
+    healthy_end(h, sid, user)
+    assert h.store.injections(sid)[0].state == "intent"
+    h.event("session.error", sessionID=sid,
+            error={"name": "MessageAbortedError", "data": {"message": "Aborted"}})
+    h.advance(10)
+    assert h.prompts() == []
+    [injection] = h.store.injections(sid)
+    assert injection.state == "cancelled" and "aborted" in (injection.error or "")
+    healthy_end(h, sid, user, text="Next I'll write the parser.")  # a later reply, same turn
+    h.advance(10)
+    assert h.prompts() == [] and len(h.store.injections(sid)) == 1
+    assert "aborted this turn" in h.store.decisions(sid)[-1].reason
+
+
+def test_no_continuation_right_after_a_compaction_event(tmp_path):
+    h, sid, user = started(tmp_path)
+    write_todos(h, sid, "pending", "pending")
+    h.event("session.compacted", sessionID=sid)
+    healthy_end(h, sid, user)
+    h.advance(10)
+    assert h.prompts() == [] and h.store.injections(sid) == []
+    assert "compacted" in h.store.decisions(sid)[-1].reason
