@@ -232,13 +232,17 @@ _STATE_GERUND_EN = re.compile(
     _LEAD_EN + r"(?:having|being|lacking|pending|awaiting|waiting|needing|missing|requiring|"
     r"holding|keeping|leaving|stopping|pausing|hoping|assuming|wanting|wondering|considering|"
     r"expecting|blocking|following|regarding|concerning|according|nothing|something|"
+    r"checking in|running out|running low|"
     r"anything|everything)\b",
     re.IGNORECASE,
 )
 # A step just done, reported in the past tense with the subject left out ("Extracted the
 # retry logic into retry.py."). Verbs that end, check or park the work do not count.
+# Only forms that cannot be an imperative: "Put the token in .env" or "Seed the database"
+# tell the user what to do.
 _PAST_REPORT_EN = re.compile(
-    r"(?:[a-z]+ed|split|built|rebuilt|wrote|rewrote|made|put|set|ran|reran|swapped|cut)\b",
+    r"(?:(?!(?:embed|shed|bed|wed|red)\b)[a-z]+(?<!e)ed|built|rebuilt|wrote|rewrote|made|ran|"
+    r"reran)\b",
     re.IGNORECASE,
 )
 _ENDING_VERB_EN = re.compile(
@@ -261,7 +265,7 @@ _DONE_CLAIMS_EN = re.compile(
     r"\b(?:done|complete|completed|completes|finished|finish|all set|that's it|that is it|"
     r"wrapped|wraps|everything|everywhere|whole|entire|entirely|fully|final|finally|last|"
     r"ready|in place|is live|are live|now live|shipped|merged|released|deployed|good to go|"
-    r"over|closed|summary|"
+    r"over|closed|summary|release|tagged|"
     r"all (?:\w+ )?(?:tests|checks|items|todos|tasks|steps|files|of them))\b",
     re.IGNORECASE,
 )
@@ -325,6 +329,22 @@ _HOLDS_EN: dict[str, re.Pattern[str]] = {
         r"\b(?:options?|alternatives?|either|choices?|ways|approaches|trade-?offs?|versus|vs)\b",
         re.IGNORECASE,
     ),
+    # Someone else's step, or a step that needs someone's say: not the agent carrying on.
+    "handing over": re.compile(
+        r"\b(?:requires?|required|needs? (?:to be|an?|the|some|your|their)\b|has to|have to|"
+        r"approv\w*|sign-?off|review\w*|permission|access|credentials?|admin\w*|"
+        r"hand\w* (?:\w+ )?over|over to|pass\w* (?:\w+ )?(?:on|over)|up to|"
+        r"run(?:ning)? (?:out|low)|ran out)\b",
+        re.IGNORECASE,
+    ),
+    # A summary closes the work; it is not the next step.
+    "wrapping up": re.compile(
+        r"\b(?:summar\w*|recap\w*|overview|wrap\w* up|to sum up|in short|overall|"
+        r"here(?:'s| is| are) what|close\w* (?:\w+ )?out|call it|signs? off|signed off|"
+        r"log\w* off|report back|end (?:here|there|it|this|the session)|that's all|conclud\w*|"
+        r"finish\w* up|wrap\w*)\b",
+        re.IGNORECASE,
+    ),
 }
 _HOLDS_ZH: dict[str, re.Pattern[str]] = {
     "conditional": re.compile(
@@ -339,6 +359,12 @@ _HOLDS_ZH: dict[str, re.Pattern[str]] = {
         r"帮忙|帮我|回我|发我|给我|告诉我|通知我|跟我说|找我|谢谢|感谢|抱歉|希望"
     ),
     "options": re.compile(r"方案|选项|做法|解法|选择|或者|还是|要么|二选一"),
+    "handing over": re.compile(
+        r"由[^，,。；;]{1,8}?(?:来|负责|处理|决定|确认|定)|交给|交由|让(?!它|其)|轮到|留给|审批|批准|权限|运维|同学|同事|团队|管理员"
+    ),
+    "wrapping up": re.compile(
+        r"总结|摘要|小结|汇总|回顾|概述|到这里|到此|结束|收工|就这样|收尾|汇报"
+    ),
 }
 # A Chinese line ending with a colon that introduces what is needed, not what it does next.
 _NEEDS_LIST_ZH = re.compile(r"以下|如下|下列|缺|需")
