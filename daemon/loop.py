@@ -313,7 +313,7 @@ class Loop:
         if kind in _PROGRESS:
             view.last_activity = now
         self.repetition.on_event(view, kind, props, now)
-        self.todos.on_event(session_id, kind, props)
+        self.todos.on_event(session_id, kind, props, now, ours=view.abort_requested is not None)
         if kind == "session.status":
             status = props.get("status")
             self._on_status(view, status if isinstance(status, Mapping) else {}, now)

@@ -58,12 +58,16 @@ def test_todos_left_after_a_reply_that_carries_on_are_continued_after_the_countd
 
     [decision] = h.store.decisions(sid)
     assert decision.action == "inject_at" and decision.kind == "unfinished_todos"
-    assert h.toasts() == ["autoretry: 2 todos left — continuing in 5 s; write anything to stop"]
+    assert h.toasts() == [
+        "autoretry: 2 todos left — continuing in 5 s; write anything to stop. Will send: the "
+        "open todos (next: “Write the parser”), asking to go on unless the last reply asked "
+        "you something"]
     h.advance(4.9)
     assert h.prompts() == []
     h.advance(0.2)
     [prompt] = h.prompts()
     assert "Write the parser" in prompt.text and "Add the tests" in prompt.text
+    assert "restate that question in one line and stop" in prompt.text
     assert prompt.marker["kind"] == "unfinished_todos"
 
     injected = h.injected_row(sid, prompt)
@@ -185,3 +189,31 @@ def test_a_rejected_permission_in_the_turn_blocks_the_continuation(tmp_path):
     healthy_end(h, sid, user)
     [decision] = h.store.decisions(sid)
     assert decision.action == "skip" and "permission was rejected" in decision.reason
+
+
+def test_a_late_user_abort_cancels_the_countdown_and_blocks_the_turn(tmp_path):
+    """The abort's event arrives after the healthy end was judged (issue 19)."""
+    h, sid, user = started(tmp_path)
+    write_todos(h, sid, "pending", "pending")
+    healthy_end(h, sid, user)
+    assert h.store.injections(sid)[0].state == "intent"
+    h.event("session.error", sessionID=sid,
+            error={"name": "MessageAbortedError", "data": {"message": "Aborted"}})
+    h.advance(10)
+    assert h.prompts() == []
+    [injection] = h.store.injections(sid)
+    assert injection.state == "cancelled" and "aborted" in (injection.error or "")
+    healthy_end(h, sid, user, text="Next I'll write the parser.")  # a later reply, same turn
+    h.advance(10)
+    assert h.prompts() == [] and len(h.store.injections(sid)) == 1
+    assert "aborted this turn" in h.store.decisions(sid)[-1].reason
+
+
+def test_no_continuation_right_after_a_compaction_event(tmp_path):
+    h, sid, user = started(tmp_path)
+    write_todos(h, sid, "pending", "pending")
+    h.event("session.compacted", sessionID=sid)
+    healthy_end(h, sid, user)
+    h.advance(10)
+    assert h.prompts() == [] and h.store.injections(sid) == []
+    assert "compacted" in h.store.decisions(sid)[-1].reason

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -12,6 +12,7 @@ from opencode_autoretry.decisions.policy import load_policy
 from opencode_autoretry.models import (
     Action,
     BudgetGroup,
+    ErrorInfo,
     Kind,
     Message,
     Part,
@@ -111,6 +112,9 @@ def test_through_the_decision_core_countdown_budget_and_stagnation_notice():
     decision, ledger = decide(ledger, verdict(), context, policy, NOW)
     assert decision.action is Action.INJECT_AT and (decision.due - NOW).total_seconds() == 5
     assert decision.text.startswith("Your todo list still has 2 unfinished")
+    # The model defers to the user even when the reply-intent guard missed a question.
+    assert "asked the user for a decision, an approval, a file or any other input" in decision.text
+    assert "do not act: restate that question in one line and stop" in decision.text
     same = signature(TWO)
     stuck = verdict(history=[same, same, same])
     stuck = type(stuck)(**{**stuck.__dict__, "message_id": "msg_9"})
@@ -147,9 +151,14 @@ def test_budget_runs_out_after_max_continuations():
 
 
 def test_texts():
-    assert countdown_toast(TodoConfig(), 2) == (
-        "autoretry: 2 todos left — continuing in 5 s; write anything to stop")
-    assert countdown_toast(TodoConfig(countdown=1.5), 1).startswith("autoretry: 1 todo left")
+    two = [Todo("Write the parser", "in_progress"), Todo("Add the tests", "pending")]
+    assert countdown_toast(TodoConfig(), two) == (
+        "autoretry: 2 todos left — continuing in 5 s; write anything to stop. Will send: the "
+        "open todos (next: “Write the parser”), asking to go on unless the last reply asked "
+        "you something")
+    one = [Todo("x" * 100, "pending")]
+    assert countdown_toast(TodoConfig(countdown=1.5), one).startswith("autoretry: 1 todo left")
+    assert "“" + "x" * 59 + "…”" in countdown_toast(TodoConfig(), one)  # a long todo is cut
     many = [Todo(f"t{i}", "pending") for i in range(12)]
     text = continuation_text(TodoConfig(message="{count}: {todos}"), many)
     assert text.startswith("12: - [pending] t0") and "… and 2 more" in text
@@ -193,3 +202,55 @@ def test_budgets_todos_is_refused_in_favour_of_the_todos_table():
     with pytest.raises(PolicyError, match=r"budgets.todos: set \[todos\]"):
         with_todo_budget(load_policy({"budgets": {"todos": {"max_retries": 5}}}), TodoConfig())
     with_todo_budget(load_policy({"providers": {"x": {"budgets": {"server": {}}}}}), TodoConfig())
+
+
+# --- issue 19: the guards other tools have --------------------------------------------------
+
+
+def _step(mid: str, *, parts=(), error=None, summary=False, mode=None, at=NOW) -> Message:
+    return Message(mid, "ses_1", Role.ASSISTANT, at, time_completed=at, finish="stop",
+                   agent="build", error=error, summary=summary, mode=mode, parts=tuple(parts))
+
+
+def _guarded(*steps: Message, now=NOW, **kw):
+    user = Message("msg_1", "ses_1", Role.USER, NOW - timedelta(minutes=5))
+    text = _part("prt_t", {"type": "text", "text": "I'll start with the first one."})
+    last = steps[-1] if steps else _step("msg_9")
+    last = Message(**{**last.__dict__, "parts": (text, *last.parts)})
+    t = Turn("ses_1", user, (*steps[:-1], last))
+    return todo_verdict(t, TWO, TodoConfig(), [signature(TWO)], agent="build", now=now, **kw)
+
+
+def _question(status: str) -> Part:
+    return _part("prt_q", {"type": "tool", "tool": "question", "state": {"status": status}})
+
+
+@pytest.mark.parametrize("status", ["pending", "running"])
+def test_an_unanswered_question_tool_call_blocks_the_continuation(status):
+    found = _guarded(_step("msg_9", parts=[_question(status)]))
+    assert found is not None and not found.retryable
+    assert "question tool call the user has not answered" in found.reason
+    answered = _guarded(_step("msg_9", parts=[_question("completed")]))
+    assert answered is not None and answered.retryable  # an answered question is no guard
+
+
+def test_no_continuation_within_60_s_of_a_compaction():
+    summary = _step("msg_5", summary=True, mode="compaction", at=NOW - timedelta(seconds=30))
+    found = _guarded(summary, _step("msg_9"))
+    assert found is not None and not found.retryable and "compacted 30 s ago" in found.reason
+    later = _guarded(summary, _step("msg_9"), now=NOW + timedelta(seconds=31))
+    assert later is not None and later.retryable
+    by_event = _guarded(_step("msg_9"), compacted_at=NOW - timedelta(seconds=59))
+    assert by_event is not None and not by_event.retryable and "compacted" in by_event.reason
+
+
+def test_a_turn_that_overflowed_or_was_aborted_is_never_continued():
+    overflow = _step("msg_5", error=ErrorInfo("ContextOverflowError", "prompt is too long"))
+    found = _guarded(overflow, _step("msg_9"), now=NOW + timedelta(minutes=5))
+    assert found is not None and not found.retryable and "context overflow" in found.reason
+    aborted = _step("msg_5", error=ErrorInfo("MessageAbortedError", "aborted"))
+    found = _guarded(aborted, _step("msg_9"))
+    assert found is not None and not found.retryable and "user aborted" in found.reason
+    late = _guarded(_step("msg_9"), aborted="the user aborted this turn")  # seen as an event
+    assert late is not None and not late.retryable and "user aborted" in late.reason
+    assert _guarded(_step("msg_9")).retryable  # and without any of them it is continued

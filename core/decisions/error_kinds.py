@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from opencode_autoretry.models import ErrorInfo, Kind
 
-_ABORT_NAMES = frozenset({"MessageAbortedError", "AbortError"})
+ABORT_NAMES = frozenset({"MessageAbortedError", "AbortError"})
 
 _NAMED_KINDS: dict[str, tuple[Kind, str]] = {
     "ProviderAuthError": (Kind.TERMINAL, "the provider rejected the credentials"),
@@ -111,7 +111,7 @@ _SNIPPET_CHARS = 80
 
 def classify_error(error: ErrorInfo) -> tuple[Kind, str]:
     """The kind of an assistant error and a short human reason (also for ``session.error``)."""
-    if error.name in _ABORT_NAMES:
+    if error.name in ABORT_NAMES:
         return Kind.USER_ABORT, "aborted by the user"
     text = _error_text(error)
     named = _NAMED_KINDS.get(error.name)

@@ -133,7 +133,11 @@ DEFAULT_MESSAGES: Mapping[str, str] = {
     ),
     "exhausted": "autoretry: retried {used} times, still failing ({group}) — waiting for you.",
     # Only a fallback: the todo guard sends ``[todos] message`` with the todos named.
-    "unfinished_todos": "Continue with the next unfinished todo, or say what blocks it.",
+    "unfinished_todos": (
+        "If your last reply asked the user for a decision, an approval, a file or any other "
+        "input, do not act: restate that question in one line and stop. Otherwise continue with "
+        "the next unfinished todo, or say what blocks it."
+    ),
 }
 #: A kind-specific key falls back to its family key, then to the built-in text.
 _FAMILY: Mapping[str, str] = {

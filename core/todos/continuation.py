@@ -9,6 +9,10 @@ open items; it is retryable only when no guard holds:
 - the reply asks the user, waits for a decision, says it is done or blocked
   (``reply_intent``: in doubt it is a question);
 - the user refused something in this turn (a rejected permission, a dismissed question);
+- the last reply has a ``question`` tool call still unanswered (pending or running);
+- the turn was aborted by the user, ended on a context overflow, or was compacted less than
+  ``COMPACTION_QUIET_S`` (60 s) ago (the daemon also reports compactions and aborts it saw as
+  events, which can arrive before or after the rows);
 - the agent is one of ``[todos] skip_agents`` (default ``plan``).
 
 The decision core then applies the common gates (off, child session, user abort, a permission
@@ -22,9 +26,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
 from opencode_autoretry.config.settings import SettingsError
+from opencode_autoretry.decisions.error_kinds import classify_error
 from opencode_autoretry.decisions.policy import (
     DEFAULT_BUDGETS,
     GroupBudget,
@@ -44,15 +50,25 @@ from opencode_autoretry.models import (
 from opencode_autoretry.todos.reply_intent import read_intent
 
 UNFINISHED = frozenset({"pending", "in_progress"})
+#: No todo continuation this soon after a compaction: the model has just lost its context.
+COMPACTION_QUIET_S = 60.0
+_OVERFLOW_REASON = "the context window overflowed"
 MAX_LISTED = 10  # todos named in one message; the rest are counted
 MAX_TEXT_CHARS = 2000
 
 DEFAULT_MESSAGE = (
     "Your todo list still has {count} unfinished item(s):\n{todos}\n"
-    "Carry on with the next one. If something blocks it, or you need a decision from the user, "
-    "say what it is and stop instead."
+    "If your last reply asked the user for a decision, an approval, a file or any other input, "
+    "do not act: restate that question in one line and stop. Otherwise carry on with the next "
+    "item; if something blocks it, say what it is and stop."
 )
-DEFAULT_TOAST = "autoretry: {count} — continuing in {seconds} s; write anything to stop"
+# Says what will be sent, so that the user can tell whether to step in.
+DEFAULT_TOAST = (
+    "autoretry: {count} — continuing in {seconds} s; write anything to stop. "
+    "Will send: the open todos (next: {next}), asking to go on unless the last reply asked you "
+    "something"
+)
+MAX_TOAST_TODO_CHARS = 60
 DEFAULT_STAGNATION_NOTICE = (
     "autoretry: {count} todos still open, but the last {stagnation} continuations changed none "
     "of them — stopping; waiting for you."
@@ -203,6 +219,64 @@ def refusal(turn: Turn) -> str | None:
     return None
 
 
+def unanswered_question(step: Message) -> str | None:
+    """A ``question`` tool call in the last reply that the user has not answered yet."""
+    for part in step.parts:
+        if part.type is PartType.TOOL and part.tool == "question" and part.tool_status in (
+            ToolStatus.PENDING, ToolStatus.RUNNING, None
+        ):
+            return "the reply has a question tool call the user has not answered"
+    return None
+
+
+def aborted_or_overflowed(turn: Turn) -> str | None:
+    """A step of this turn ended in a user abort or a context overflow: never continued."""
+    for step in turn.steps:
+        if step.error is None:
+            continue
+        kind, reason = classify_error(step.error)
+        if kind is Kind.USER_ABORT:
+            return "the user aborted this turn"
+        if reason.startswith(_OVERFLOW_REASON):
+            return "the turn ended on a context overflow"
+    return None
+
+
+def last_compaction(turn: Turn) -> datetime | None:
+    """When this turn was last compacted (a summary step or a compaction part), if it was."""
+    times = [
+        m.time_completed or m.time_created
+        for m in (*turn.steps, *turn.followups)
+        if m.summary or m.mode == "compaction"
+        or any(p.type is PartType.COMPACTION for p in m.parts)
+    ]
+    return max(times) if times else None
+
+
+def recently_compacted(turn: Turn, compacted_at: datetime | None, now: datetime) -> str | None:
+    """A compaction (seen in the rows or as an event) less than ``COMPACTION_QUIET_S`` ago."""
+    seen = [t for t in (last_compaction(turn), compacted_at) if t is not None]
+    if not seen:
+        return None
+    ago = (now - max(seen)).total_seconds()
+    if ago < COMPACTION_QUIET_S:
+        quiet = f"{COMPACTION_QUIET_S:g}"
+        return f"the session was compacted {max(ago, 0):.0f} s ago (quiet for {quiet} s)"
+    return None
+
+
+def _guard_holds(
+    turn: Turn, last: Message, now: datetime | None, compacted_at: datetime | None,
+    aborted: str | None,
+) -> str | None:
+    """The guards that do not read the reply: an abort, an overflow, a pending question, a
+    fresh compaction."""
+    found = aborted or aborted_or_overflowed(turn) or unanswered_question(last)
+    if found is None and now is not None:
+        found = recently_compacted(turn, compacted_at, now)
+    return found
+
+
 def final_text(step: Message) -> str:
     return "\n".join(
         p.text for p in step.parts if p.type is PartType.TEXT and not p.synthetic and p.text.strip()
@@ -216,9 +290,13 @@ def continuation_text(config: TodoConfig, unfinished: Sequence[Todo]) -> str:
     return fill(config.message, count=len(unfinished), todos="\n".join(lines))
 
 
-def countdown_toast(config: TodoConfig, left: int) -> str:
+def countdown_toast(config: TodoConfig, unfinished: Sequence[Todo]) -> str:
+    left = len(unfinished)
     count = f"{left} todo left" if left == 1 else f"{left} todos left"
-    return fill(DEFAULT_TOAST, count=count, seconds=f"{config.countdown:g}")
+    first = " ".join(unfinished[0].content.split()) if unfinished else ""
+    if len(first) > MAX_TOAST_TODO_CHARS:
+        first = first[: MAX_TOAST_TODO_CHARS - 1] + "…"
+    return fill(DEFAULT_TOAST, count=count, seconds=f"{config.countdown:g}", next=f"“{first}”")
 
 
 def todo_verdict(
@@ -229,6 +307,9 @@ def todo_verdict(
     *,
     agent: str | None,
     refused: str | None = None,
+    now: datetime | None = None,
+    compacted_at: datetime | None = None,
+    aborted: str | None = None,
 ) -> Verdict | None:
     """The verdict for a healthy end with ``todos``; None when no todo is unfinished."""
     unfinished = [t for t in todos if t.unfinished]
@@ -243,6 +324,8 @@ def todo_verdict(
         blocker = f"agent {agent!r} is in todos.skip_agents"
     elif refused:
         blocker = refused
+    elif found := _guard_holds(turn, last, now, compacted_at, aborted):
+        blocker = found
     elif not intent.may_continue:
         blocker = f"the reply {intent.intent.value}: {intent.reason}"
     if blocker is not None:

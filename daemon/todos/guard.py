@@ -9,8 +9,11 @@ A pending continuation is cancelled like any pending retry: a user message, ``/a
 the session turning busy.
 
 What this module keeps in memory, per session: the todo lists seen at each healthy end of the
-current turn (stagnation is measured on them) and whether the user refused a permission or
-dismissed a question in it. After a daemon restart both start afresh; the budget, which is in
+current turn (stagnation is measured on them), whether the user refused a permission or
+dismissed a question in it, whether the user aborted it, and when the session was last
+compacted (``session.compacted``). A user abort whose event arrives after the healthy end (late)
+cancels a continuation still counting down; the countdown is that grace window. After a daemon
+restart all this starts afresh; the budget, which is in
 the store, still caps the turn at ``max_continuations``.
 """
 
@@ -24,6 +27,7 @@ from typing import Any, Protocol
 
 from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.sessions import SessionView
+from opencode_autoretry.decisions.error_kinds import ABORT_NAMES
 from opencode_autoretry.decisions.policy import fill
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, LiveFacts, Turn, Verdict
 from opencode_autoretry.store.database import Store
@@ -67,6 +71,8 @@ class TodoGuard:
         self._history: dict[str, tuple[str, list[Signature]]] = {}  # session -> (turn, lists)
         self._judged: dict[str, str] = {}  # session -> the last reply judged (idles repeat)
         self._refused: dict[str, str] = {}  # session -> what the user refused in this turn
+        self._aborted: set[str] = set()  # sessions whose current turn the user aborted
+        self._compacted: dict[str, datetime] = {}  # session -> its last compaction event
 
     @classmethod
     def for_loop(cls, loop: Any) -> TodoGuard:
@@ -76,7 +82,19 @@ class TodoGuard:
             loop._decide, lambda now, sid: loop.recovery.send_due(now, sid),
         )
 
-    def on_event(self, session_id: str, kind: str, props: Mapping[str, Any]) -> None:
+    def on_event(
+        self, session_id: str, kind: str, props: Mapping[str, Any], now: datetime | None = None,
+        *, ours: bool = False,
+    ) -> None:
+        """``ours``: an abort of ours is in flight (its error event is not the user's)."""
+        if kind == "session.compacted" and now is not None:
+            self._compacted[session_id] = now
+            return
+        if kind == "session.error" and not ours and _is_abort(props.get("error")):
+            self._aborted.add(session_id)
+            if now is not None:  # nothing of this turn may go out any more
+                self._actions.cancel_open(session_id, now, "cancelled: the user aborted this turn")
+            return
         if kind not in _REFUSALS:
             return
         reply = str(props.get("reply") or props.get("response") or "")
@@ -85,6 +103,7 @@ class TodoGuard:
 
     def new_turn(self, session_id: str) -> None:
         self._refused.pop(session_id, None)
+        self._aborted.discard(session_id)
         self._history.pop(session_id, None)
 
     def on_healthy(
@@ -104,8 +123,11 @@ class TodoGuard:
         history = self._history_of(view.session_id, turn.id)
         history.append(signature(todos))
         agent = last.agent or turn.user.agent or view.agent
+        aborted = "the user aborted this turn" if view.session_id in self._aborted else None
         verdict = todo_verdict(turn, todos, self.config, history, agent=agent,
-                               refused=self._refused.get(view.session_id))
+                               refused=self._refused.get(view.session_id), now=now,
+                               compacted_at=self._compacted.get(view.session_id),
+                               aborted=aborted)
         if verdict is None:
             return self._all_done(view.session_id, turn, last.id, now)
         decision = self._dress(self._decide(view, turn, verdict, live, now), verdict, todos)
@@ -123,9 +145,10 @@ class TodoGuard:
 
     def _dress(self, decision: Decision, verdict: Verdict, todos: list[Todo]) -> Decision:
         """The todo wording: the countdown toast, and the notices instead of 'still failing'."""
-        left = sum(1 for t in todos if t.unfinished)
+        unfinished = [t for t in todos if t.unfinished]
+        left = len(unfinished)
         if decision.sends:
-            return replace(decision, toast=countdown_toast(self.config, left))
+            return replace(decision, toast=countdown_toast(self.config, unfinished))
         if decision.action is Action.NOTIFY:
             template = (self.config.stagnation_notice if verdict.give_up
                         else self.config.exhausted_notice)
@@ -147,3 +170,7 @@ class TodoGuard:
         )
         self._actions.perform(decision, now, message_id)
         return decision
+
+
+def _is_abort(raw: object) -> bool:
+    return isinstance(raw, Mapping) and str(raw.get("name", "")) in ABORT_NAMES

@@ -174,3 +174,90 @@ def test_f_off_here_and_child_sessions_are_left_alone(provider, daemon, start_op
     judged(d, child, "child session")
     assert injections(d, session) == [] and injections(d, child) == []
     assert injected(server, session) == [] and injected(server, child) == []
+
+
+# --- issue 19: never talk over the user -----------------------------------------------------
+
+CONTINUED = ["todowrite:completed,completed", "say:Both are implemented and tested."]
+
+
+@pytest.mark.parametrize("reply", [
+    "say:I've drafted the migration in migrations/0042.sql. If the column names look right, "
+    "I'll apply it to staging.",
+    "say:迁移脚本写好了，字段名确认没问题后我就在测试库上执行。",
+    "say:I can't run the integration tests: the database container fails to start, so I'm "
+    "stuck here.",
+    "say:The upgrade is complete and every test passes. Make sure the migration runs on "
+    "staging before the next deploy.",
+], ids=["conditional-en", "conditional-zh", "blocked", "done-advice"])
+def test_g_a_reply_that_hands_over_to_the_user_is_never_continued(
+    reply, provider, daemon, start_opencode
+):
+    d = daemon(config=todo_config())
+    server = connect(start_opencode, d)
+    install_todos(provider).script(["todowrite:pending,pending", reply])
+    session = server.create_session()["id"]
+    server.prompt_async(session, "Build the parser")
+
+    [skip] = judged(d, session, "the reply ")  # the daemon's judgement of this very reply
+    assert skip.action == "skip" and skip.kind == "unfinished_todos", skip
+    assert injections(d, session) == [] and injected(server, session) == []
+    assert len(provider.requests()) == 2  # the todowrite and the reply: nothing prompted
+
+
+@pytest.mark.parametrize("reply", [
+    "say:Extracted the retry logic from client.py into retry.py.",
+    "say:Now let me update the tests:",
+], ids=["progress-report", "action-intent-colon"])
+def test_h_a_reply_that_stops_midway_gets_exactly_one_continuation(
+    reply, provider, daemon, start_opencode
+):
+    d = daemon(config=todo_config())
+    server = connect(start_opencode, d)
+    install_todos(provider).script(["todowrite:in_progress,pending", reply, *CONTINUED])
+    session = server.create_session()["id"]
+    server.prompt_async(session, "Build the parser and its tests")
+
+    judged(d, session, "no unfinished todos left after 1 continuation")
+    assert [x.action for x in decisions(d, session)] == ["inject_at", "skip"]
+    assert len(confirmed(d, session)) == 1 and len(injected(server, session)) == 1
+    assert len(provider.requests()) == 4
+
+
+def test_i_a_continuation_answered_by_restating_the_question_gets_nothing_more(
+    provider, daemon, start_opencode
+):
+    d = daemon(config=todo_config())
+    server = connect(start_opencode, d)
+    install_todos(provider).script([
+        "todowrite:pending,pending", START,
+        "say:Before going on I need one decision: should the store use SQLite or Postgres?",
+    ])
+    session = server.create_session()["id"]
+    server.prompt_async(session, "Build the parser")
+
+    [skip] = judged(d, session, "the reply asks")
+    requests = provider.requests()
+    assert "restate that question in one line and stop" in requests[2].last_user_text
+    assert [x.action for x in decisions(d, session)] == ["inject_at", "skip"]
+    assert len(confirmed(d, session)) == 1 and len(injected(server, session)) == 1
+    assert len(requests) == 3 and skip.kind == "unfinished_todos"
+
+
+def test_j_a_pending_question_tool_call_is_never_continued(provider, daemon, start_opencode):
+    d = daemon(config=todo_config())
+    server = connect(start_opencode, d, OPENCODE_ENABLE_QUESTION_TOOL="1")
+    install_todos(provider).script(
+        ["todowrite:pending,pending", "question:Should the store use SQLite or Postgres?"]
+    )
+    session = server.create_session()["id"]
+    server.prompt_async(session, "Plan the store")
+    server.events.wait_for(
+        lambda e: e.get("type") == "question.asked"
+        and e.get("properties", {}).get("sessionID") == session,
+        TURN, "the question tool asks the user",
+    )
+
+    probe(d, server, provider)  # every event of the first session was handled before it
+    assert decisions(d, session) == [] and injections(d, session) == []
+    assert injected(server, session) == [] and len(provider.requests()) == 2 + 2
