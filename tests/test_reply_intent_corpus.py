@@ -117,15 +117,19 @@ def test_holdout_sets_never_continue_a_stop(path):
     assert wrong == []
 
 
-def test_fresh_set_a_never_continues_a_stop():
-    """Set A was written by someone who never saw the detector (first sight: 22 of 213 stops
-    continued, README.md); it was then tuned on, so it is a regression set now."""
-    entries = load_corpus(SET_A)
-    assert len(entries) == 326
+@pytest.mark.parametrize(
+    ("name", "size", "least_kept"), [("set_a", 326, 70), ("set_b", 322, 68)], ids=["A", "B"]
+)
+def test_fresh_sets_never_continue_a_stop(name, size, least_kept):
+    """Each set was written by someone who never saw the detector and scored once at first
+    sight (A: 22 of 213 stops continued, B: 3 of 209; README.md); each was then tuned on, so
+    they are regression sets now."""
+    entries = load_corpus(SET_A.with_name(f"{name}.txt"))
+    assert len(entries) == size
     wrong = [(e.label, e.lang, e.kind, e.text[:70]) for e in entries
              if e.label in STOPS and read_intent(e.text).may_continue]
     kept = [e for e in entries if e.label == "continue" and read_intent(e.text).may_continue]
-    print(f"set A: {len(wrong)} stops continued; continue recall {len(kept)}/"
+    print(f"{name}: {len(wrong)} stops continued; continue recall {len(kept)}/"
           f"{sum(1 for e in entries if e.label == 'continue')}")
     assert wrong == []
-    assert len(kept) >= 70  # held back is safe, but the feature must still work
+    assert len(kept) >= least_kept  # held back is safe, but the feature must still work

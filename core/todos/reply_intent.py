@@ -296,7 +296,9 @@ _DONE_CLAIMS_ZH = re.compile(
     r"完成|完了|完毕|结束|搞定|全部|所有|到此|告一段落|收尾|就绪|好了|上线|发布|合入|合进|总结|"
     r"消失|生效|到位|落地|齐全"
 )
-_VERIFIED_ZH = re.compile(r"都|通过|验证|可用|没问题|正常|成功|齐|全绿|无误|妥|修好|解决")
+_VERIFIED_ZH = re.compile(
+    r"都|通过|验证|可用|没问题|正常|成功|齐|全绿|无误|妥|修好|修复|解决|一致|吻合|符合|平稳|稳定"
+)
 
 # --- what holds it back anywhere in the final paragraph -------------------------------------
 
@@ -355,7 +357,8 @@ _HOLDS_ZH: dict[str, re.Pattern[str]] = {
     "negated": re.compile(r"不(?!足|同|少|错|断|仅)|没|无|未|别|非|莫|勿"),
     "waiting": re.compile(r"等|暂停|停|待(?!办)|搁置|卡|阻塞|稍后|回头再|晚点|先这样|放着|留着"),
     "advice": re.compile(
-        r"建议|记得|别忘|提醒|注意|考虑|最好|应该|需要|得|务必|有空|以后|后面可以|可以考虑|请(?!求)|麻烦|"
+        # 可以 is "you may / it can now": advice or permission, as "may" and "could" are above.
+        r"建议|记得|别忘|提醒|注意|留意|关注|观察|考虑|最好|应该|需要|得|务必|有空|以后|可以|请(?!求)|麻烦|"
         r"帮忙|帮我|回我|发我|给我|告诉我|通知我|跟我说|找我|谢谢|感谢|抱歉|希望"
     ),
     "options": re.compile(r"方案|选项|做法|解法|选择|或者|还是|要么|二选一"),
