@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no schedul
     from opencode_autoretry.daemon.actions import Actions
     from opencode_autoretry.daemon.gap import GapReview
     from opencode_autoretry.daemon.parts import PartHealth
-    from opencode_autoretry.daemon.sessions import Sessions
+    from opencode_autoretry.daemon.sessions import Sessions, SessionView
     from opencode_autoretry.plugin_bridge.protocol import Hello, Stats
     from opencode_autoretry.store.database import Store
 
@@ -117,11 +117,22 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         "owners": {**{s: w.pid for s, w in waiting.items()},
                    **{v.session_id: pids[v.owner] for v in views if v.owner in pids}},
         "gap_since": {s: w.since.isoformat() for s, w in waiting.items()},
-        "sessions": {v.session_id: {"status": v.status, "owner": v.owner} for v in views},
+        "sessions": {v.session_id: _session_entry(v) for v in views},
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
         "parts": loop.parts.report(),  # issue 11: the parts that do not work right now
         "lines": _line_counters(loop),
     }
+
+
+def _session_entry(view: SessionView) -> dict[str, Any]:
+    """What ``status`` shows of a session: its status, owner and what it waits on (the asks
+    only the user can answer)."""
+    entry: dict[str, Any] = {"status": view.status, "owner": view.owner}
+    waiting = [name for name, asks in (("permission", view.permissions),
+                                       ("question", view.questions)) if asks]
+    if waiting:
+        entry["waiting"] = waiting
+    return entry
 
 
 def _line_counters(loop: Loop) -> dict[str, int]:
@@ -208,7 +219,8 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
                  if b.get("dropped") or b.get("unknown") else "")
               for b in report["bridges"]]
     lines.append(f"watched sessions: {len(report['sessions'])}")
-    lines += [f"  {sid}  {s.get('status') or '?'}" for sid, s in report["sessions"].items()]
+    lines += [f"  {sid}  {s.get('status') or '?'}{_waiting_text(s)}"
+              for sid, s in report["sessions"].items()]
     if report["no_owner"]:
         lines.append("no live owner (never injected): " + ", ".join(report["no_owner"]))
     lines.append(f"turns: {len(report['turns'])}")
@@ -225,3 +237,10 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     if "notifications" in report:
         lines += notify_status_lines(report["notifications"])
     return "\n".join(lines)
+
+
+def _waiting_text(entry: Mapping[str, Any]) -> str:
+    waiting = entry.get("waiting")
+    if not isinstance(waiting, list) or not waiting:
+        return ""
+    return "  waiting on the user: " + ", ".join(str(w) for w in waiting)

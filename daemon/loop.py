@@ -72,7 +72,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_EVERY = timedelta(seconds=5)
 _PROGRESS = frozenset({
     "message.updated", "message.part.updated", "message.part.delta", "session.status",
-    "permission.asked", "permission.replied", "todo.updated",
+    "permission.asked", "permission.replied", "question.asked", "question.replied",
+    "question.rejected", "todo.updated",
 })
 
 

@@ -17,7 +17,7 @@ export const FORWARDED_EVENTS = new Set([
   "session.status", "session.idle", "session.error", "session.created", "session.updated",
   "session.deleted", "message.updated", "message.part.updated", "message.part.delta",
   "permission.asked", "permission.replied", "command.executed", "todo.updated",
-  "session.compacted",
+  "session.compacted", "question.asked", "question.replied", "question.rejected",
 ])
 
 // Same table as plugin_bridge/protocol.py SCHEMA ("?" = optional / nullable).

@@ -10,6 +10,7 @@ order, so the first session's idle was handled before the probe's).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -258,6 +259,15 @@ def test_j_a_pending_question_tool_call_is_never_continued(provider, daemon, sta
         TURN, "the question tool asks the user",
     )
 
+    # The bridge forwards the ask: the daemon's status shows the session waiting on the user.
+    wait_until(lambda: "question" in waiting_on(d, session), TURN,
+               "autoretry status shows the session waiting on a question", every=1.0)
     probe(d, server, provider)  # every event of the first session was handled before it
     assert decisions(d, session) == [] and injections(d, session) == []
     assert injected(server, session) == [] and len(provider.requests()) == 2 + 2
+
+
+def waiting_on(d: DaemonProcess, session: str) -> list[str]:
+    """What ``autoretry status --json`` says the session waits on (its heartbeat: every 5 s)."""
+    report = json.loads(d.cli("status", "--json").stdout)
+    return list(report.get("sessions", {}).get(session, {}).get("waiting", []))
