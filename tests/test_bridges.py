@@ -268,3 +268,19 @@ def test_line_splitter(chunks, lines, oversize, leftover):
         got += new
         dropped += over
     assert (got, dropped, splitter.leftover) == (lines, oversize, leftover)
+
+
+@pytest.mark.parametrize("depth", [500, 990])
+def test_a_deep_line_with_a_surrogate_escape_is_garbage_and_later_lines_arrive(
+    sock_dir, inbox, depth
+):
+    # Issue 20: RecursionError in the repair ended the reader thread and lost the read.
+    nested = "[" * depth + '"C:\\\\udev"' + "]" * depth
+    deep = f'{{"v":1,"type":"event","t":1,"event":{{"type":"x","d":{nested}}}}}\n'.encode()
+    with BridgeServer(sock_dir / "run" / "daemon.sock", inbox, clock=FixedClock()) as srv:
+        client = connect(srv)
+        next_item(inbox, BridgeConnected)
+        client.sendall(deep + line({"type": "stats", "dropped": 0, "queued": 0}))
+        assert type(next_item(inbox, BridgeMessage).message).__name__ == "Stats"
+        assert srv.counters().garbage == 1
+        client.close()
