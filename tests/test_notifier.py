@@ -207,3 +207,15 @@ def test_plain_http_to_another_host_is_warned_about_once_at_start(caplog):
     assert notifier is not None
     notifier.stop()
     assert [r.getMessage() for r in caplog.records].count(warning) == 1
+
+
+def test_the_notify_send_body_is_escaped_markup():
+    # Issue 20: notify-send renders its body as markup, so a title's tags became live.
+    title = '<a href="http://evil/">x</a> <img src="file:///etc/passwd"> & <b>'
+    note = Notification(NotifyEvent.GAVE_UP, "ses_a", datetime(2026, 12, 1, tzinfo=UTC),
+                        "why", title=title)
+    argv = DesktopChannel("/usr/bin/notify-send").argv(note)
+    body = argv[-1]
+    assert "<" not in body and ">" not in body
+    assert "&lt;a href=\"http://evil/\"&gt;x&lt;/a&gt;" in body and "&amp;" in body
+    assert note.summary != body and title in note.summary  # the same text, escaped

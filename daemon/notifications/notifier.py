@@ -10,6 +10,7 @@ are scrubbed of the webhook's secrets (path, query) before they reach a log or `
 from __future__ import annotations
 
 import contextlib
+import html
 import http.client
 import json
 import logging
@@ -75,7 +76,10 @@ class DesktopChannel:
             script = f"display notification {_osa_quote(note.summary)} " \
                      f"with title {_osa_quote(note.headline)}"
             return [self.program, "-e", script]
-        return [self.program, "--app-name=autoretry", note.headline, note.summary]
+        # notify-send's body is markup (the summary is not): a session title holding
+        # <a href=…> or <img src=…> rendered as a link or fetched an image (issue 20).
+        return [self.program, "--app-name=autoretry", note.headline,
+                html.escape(note.summary, quote=False)]
 
     def deliver(self, note: Notification, timeout: float) -> None:
         _run(self.argv(note), None, timeout, "desktop notifier")
