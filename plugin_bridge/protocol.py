@@ -449,6 +449,9 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 #: A decoded line nests at most this deep (OpenCode's events nest about ten levels, tool
 #: inputs a few more): deeper lines are refused before anything walks them recursively.
 MAX_DEPTH = 100
+#: ... and holds at most this many objects and arrays: one 1 MiB line of ``[{},{},…]`` made
+#: about 24 MB of Python objects (issue 20). A hello naming 256 sessions needs a few thousand.
+MAX_CONTAINERS = 50_000
 
 
 def _repair(value: Any) -> Any:
@@ -483,22 +486,30 @@ def _repair(value: Any) -> Any:
     return value
 
 
-def _depth_over(value: Any, limit: int) -> bool:
-    """Whether containers nest deeper than ``limit`` (iterative: any depth is safe)."""
+def _shape_error(value: Any) -> str | None:
+    """Why ``value`` nests too deep or holds too many containers (iterative: any depth is
+    safe), or None."""
     stack: list[tuple[Any, int]] = [(value, 1)]
+    containers = 0
     while stack:
         node, depth = stack.pop()
-        if depth > limit:
-            return True
+        containers += 1
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH}"
+        if containers > MAX_CONTAINERS:
+            return f"more than {MAX_CONTAINERS} objects and arrays"
         children = node.values() if isinstance(node, dict) else node
         stack.extend((child, depth + 1) for child in children if isinstance(child, list | dict))
-    return False
+    return None
 
 
-def _check_depth(raw: bytes, obj: Any) -> None:
-    # Counting brackets is C-fast and bounds the depth from above: most lines skip the walk.
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth_over(obj, MAX_DEPTH):
-        raise ProtocolError("bad_json", f"nested deeper than {MAX_DEPTH}")
+def _check_shape(raw: bytes, obj: Any) -> None:
+    # Counting brackets is C-fast and bounds depth and count from above: most lines skip
+    # the walk.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        error = _shape_error(obj)
+        if error:
+            raise ProtocolError("bad_json", error)
 
 
 def parse_line(line: bytes | str) -> dict[str, Any]:
@@ -514,7 +525,7 @@ def parse_line(line: bytes | str) -> dict[str, Any]:
         raise ProtocolError("bad_json", "nested too deeply") from exc
     except ValueError as exc:  # found by fuzzing: an integer of more than 4300 digits
         raise ProtocolError("bad_json", str(exc)[:80]) from exc
-    _check_depth(raw, obj)
+    _check_shape(raw, obj)
     if b"\\ud" in raw or b"\\uD" in raw:  # only then can a lone surrogate be in there
         obj = _repair(obj)
     return validate(obj)

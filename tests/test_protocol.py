@@ -202,3 +202,14 @@ def test_repair_reaches_keys_and_values_at_the_deepest_allowed_level():
         (value,) = value
     assert value == "half \ufffd"
     assert protocol.decode_from_bridge(_nested_event(depth, r"C:\udev")).event  # kept
+
+
+def test_a_line_of_many_small_objects_is_refused():
+    # Issue 20: one 1 MiB line of "[{},{},…]" became about 24 MB of objects in the inbox.
+    many = "[" + ",".join(["{}"] * (protocol.MAX_CONTAINERS + 1)) + "]"
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse_line(f'{{"v":1,"type":"event","t":1,"event":{{"type":"x","a":{many}}}}}')
+    assert info.value.reason == "bad_json" and "objects and arrays" in str(info.value)
+    text = "{}" * 100_000  # brackets inside a string are no containers: kept
+    line = json.dumps({"v": 1, "type": "event", "t": 1, "event": {"type": "x", "s": text}})
+    assert protocol.parse_line(line)["event"]["s"] == text
