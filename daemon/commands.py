@@ -195,6 +195,7 @@ def status_command(app: AppContext, as_json: bool) -> None:
     """Daemon, bridges, watched sessions, budgets, pending retries and last decisions."""
     from opencode_autoretry.daemon.control import render_status, status_report
     from opencode_autoretry.store.database import StoreError, StoreView
+    from opencode_autoretry.terminal_text import visible
 
     try:
         view = StoreView.open(app.settings().store)
@@ -204,7 +205,9 @@ def status_command(app: AppContext, as_json: bool) -> None:
         report = status_report(view, datetime.now(tz=UTC))
     finally:
         view.close()
-    click.echo(json.dumps(report, indent=2) if as_json else render_status(report))
+    # status shows ids, model ids and reasons straight from the store: one
+    # escape of the whole plain text (it has no colour) covers them all (issue 20)
+    click.echo(json.dumps(report, indent=2) if as_json else visible(render_status(report)))
 
 
 COMMANDS: list[click.Command] = [run_command, on_command, off_command, status_command]

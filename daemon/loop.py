@@ -70,6 +70,10 @@ from opencode_autoretry.todos.continuation import with_todo_budget
 log = logging.getLogger(__name__)
 
 HEARTBEAT_EVERY = timedelta(seconds=5)
+#: A session view with no owner, not busy and quiet this long is forgotten (issue 20); looked
+#: for every EVICT_EVERY. Its next event or row makes a fresh view.
+EVICT_IDLE = timedelta(hours=6)
+EVICT_EVERY = timedelta(minutes=10)
 _PROGRESS = frozenset({
     "message.updated", "message.part.updated", "message.part.delta", "session.status",
     "permission.asked", "permission.replied", "question.asked", "question.replied",
@@ -125,6 +129,7 @@ class Loop:
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None
+        self._last_evict: datetime | None = None
         self.unowned = UnownedWatch()
         self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
                              lambda view, now: self.evaluate(view, now, settled=True))
@@ -243,12 +248,21 @@ class Loop:
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
             self.notifications.tick(now)
+            self._evict_idle(now)
             if self._last_beat is None or now - self._last_beat >= HEARTBEAT_EVERY:
                 self.beat(now)
         except (DbError, sqlite3.Error) as exc:
             self.part_failed(exc, now)
         except Exception:
             log.exception("tick failed")
+
+    def _evict_idle(self, now: datetime) -> None:
+        if self._last_evict is not None and now - self._last_evict < EVICT_EVERY:
+            return
+        self._last_evict = now
+        evicted = self.sessions.evict_idle(now, EVICT_IDLE)
+        if evicted:
+            log.debug("forgot %d idle ownerless session view(s)", len(evicted))
 
     # -- bridge messages --------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ class Sessions:
 
     def __init__(self) -> None:
         self._views: dict[str, SessionView] = {}
+        self._quiet_since: dict[str, datetime] = {}  # eviction candidates never active
 
     def __iter__(self) -> Iterator[SessionView]:
         return iter(list(self._views.values()))
@@ -85,19 +86,55 @@ class Sessions:
 
     def set_parent(self, session_id: str, parent_id: str | None) -> None:
         view = self.ensure(session_id)
+        if parent_id == session_id:
+            parent_id = None  # a session is not its own parent, whatever an event says
         view.parent_id = parent_id
         view.parent_known = True
         if parent_id is not None:
             self.ensure(parent_id).children.add(session_id)
 
     def child_busy(self, session_id: str) -> bool:
+        """Whether a descendant is busy. Iterative, each session visited once: a session that
+        was its own parent (or any cycle of parents) recursed until RecursionError and failed
+        every judgement of it (issue 20)."""
+        seen = {session_id}
         view = self._views.get(session_id)
-        if view is None:
-            return False
-        return any(
-            (child := self._views.get(cid)) is not None and (child.busy or self.child_busy(cid))
-            for cid in view.children
-        )
+        waiting = list(view.children) if view is not None else []
+        while waiting:
+            cid = waiting.pop()
+            if cid in seen:
+                continue
+            seen.add(cid)
+            child = self._views.get(cid)
+            if child is None:
+                continue
+            if child.busy:
+                return True
+            waiting.extend(child.children)
+        return False
+
+    def evict_idle(self, now: datetime, idle_for: timedelta) -> list[str]:
+        """Forget the views of sessions with no owner, not busy and quiet for ``idle_for``
+        (a view never active counts from the first call that saw it so): without it every
+        session ever mentioned stayed in memory for the daemon's life (issue 20)."""
+        evicted = []
+        for sid, view in list(self._views.items()):
+            if view.owner is not None or view.busy or any(
+                (c := self._views.get(cid)) is not None and c.owner is not None
+                for cid in view.children
+            ):
+                self._quiet_since.pop(sid, None)
+                continue
+            since = view.last_activity or self._quiet_since.setdefault(sid, now)
+            if now - since >= idle_for:
+                evicted.append(sid)
+        for sid in evicted:
+            view = self._views.pop(sid)
+            self._quiet_since.pop(sid, None)
+            parent = self._views.get(view.parent_id) if view.parent_id else None
+            if parent is not None:
+                parent.children.discard(sid)
+        return evicted
 
     def live_facts(self, session_id: str, *, settled: bool = False) -> LiveFacts:
         """What the owner reported. ``settled``: an error or idle just ended the step, so a

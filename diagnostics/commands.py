@@ -17,6 +17,7 @@ import click
 from opencode_autoretry.cli.args import DAYS, days_or_none, utf8_text
 from opencode_autoretry.clock import SystemClock
 from opencode_autoretry.config import paths
+from opencode_autoretry.terminal_text import visible
 
 # Each report imports what it runs, when it runs: `autoretry --help` lists these commands and
 # must not load the classifier, the store (sqlite-utils) or the other reports to do so.
@@ -142,7 +143,7 @@ def diagnose(
     from opencode_autoretry.diagnostics.doctor.report import quick_summary
     from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.progress import scan_progress
-    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.render import Style, for_terminal
 
     settings, now = app.settings(), SystemClock().now()
     records = records_from(settings.store, since=window_start(now, days))
@@ -162,8 +163,9 @@ def diagnose(
     save(index)
     style = Style.for_stream()
     if not as_json:
-        click.echo(quick_summary(app))  # issue 11: doctor's summary line first
-    click.echo(diagnose_json(report, limit) if as_json else render_diagnose(report, style, limit))
+        click.echo(visible(quick_summary(app)))  # issue 11: doctor's summary line first
+    click.echo(diagnose_json(report, limit) if as_json
+               else for_terminal(render_diagnose(report, style, limit), style))
 
 
 @click.command("timeline")
@@ -182,7 +184,7 @@ def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | Non
     if as_json and html_file is not None:
         raise click.UsageError("--json and --html are exclusive")
 
-    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.render import Style, for_terminal
     from opencode_autoretry.diagnostics.timeline.report import (
         build_timeline,
         render_timeline,
@@ -200,10 +202,13 @@ def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | Non
 
             write_page(html_file, timeline_html(db, report, records, now=now))
             return
-    click.echo(timeline_json(report) if as_json else render_timeline(report, Style.for_stream()))
+    style = Style.for_stream()
+    click.echo(timeline_json(report) if as_json
+               else for_terminal(render_timeline(report, style), style))
 
 
 def write_page(target: Path, page: str) -> None:
+    page = visible(page)  # `--html -` prints it: no control of a title may reach the terminal
     if str(target) == "-":
         click.echo(page, nl=False)
         return
@@ -221,12 +226,14 @@ def write_page(target: Path, page: str) -> None:
 def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
     """The 10 newest errored steps, or at most 5 whose error contains KEYWORD."""
     from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
-    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.render import Style, for_terminal
 
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         report = build_errors(db, keyword, now=now)
-    click.echo(errors_json(report) if as_json else render_errors(report, Style.for_stream()))
+    style = Style.for_stream()
+    click.echo(errors_json(report) if as_json
+               else for_terminal(render_errors(report, style), style))
 
 
 @click.command("trace")
@@ -238,7 +245,7 @@ def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_in
     """Each continuation with its trigger and outcome, and the decisions not to act."""
     from opencode_autoretry.diagnostics.diagnose import window_start
     from opencode_autoretry.diagnostics.index.report_index import save
-    from opencode_autoretry.diagnostics.render import Style
+    from opencode_autoretry.diagnostics.render import Style, for_terminal
     from opencode_autoretry.diagnostics.trace.report import build_trace, render_trace, trace_json
 
     settings, now = app.settings(), SystemClock().now()
@@ -256,7 +263,8 @@ def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_in
             rendered=as_json,
         )
     save(index)
-    click.echo(trace_json(report) if as_json else render_trace(report, Style.for_stream()))
+    style = Style.for_stream()
+    click.echo(trace_json(report) if as_json else for_terminal(render_trace(report, style), style))
 
 
 COMMANDS: list[click.Command] = [diagnose, timeline, errors, trace]

@@ -38,6 +38,7 @@ from opencode_autoretry.diagnostics.render import (
 from opencode_autoretry.diagnostics.steps import ClassifiedStep, classify_rows
 from opencode_autoretry.models import Message, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.terminal_text import visible
 
 LATEST = 10
 MATCHES = 5
@@ -110,7 +111,7 @@ def errors_json(report: ErrorsReport) -> str:
 
 def _latest_lines(match: ErrorMatch, style: Style) -> list[str]:
     step, verdict = match.found.step, match.found.verdict
-    name = step.error.name if step.error else "-"
+    name = visible(step.error.name) if step.error else "-"
     message = excerpt(step.error.message if step.error else "", 80)
     return [
         f"[{style.local(step.time_created)}] {style.bad(name)}: {message}",
@@ -127,13 +128,13 @@ def _full_lines(match: ErrorMatch, style: Style) -> list[str]:
         f"  session:  {step.session_id}",
         f"  role:     {step.role}   finish: {step.finish or '-'}   parts: {len(step.parts)}",
         f"  tokens:   {tokens_text(step.tokens)}",
-        f"  model:    {step.provider_id or '-'}/{step.model_id or '-'}",
+        f"  model:    {visible(step.provider_id or '-')}/{visible(step.model_id or '-')}",
         f"  kind:     {verdict.kind} ({'retryable' if verdict.retryable else 'not retryable'})"
         f" — {verdict.reason}",
     ]
     if error is not None:
         lines += [
-            f"  error:    {style.bad(error.name)}: {error.message}",
+            f"  error:    {style.bad(visible(error.name))}: {visible(error.message)}",
             f"  status:   {error.status_code or '-'}   retryable: {error.is_retryable}"
             f"   code: {error.code or '-'}",
         ]

@@ -17,6 +17,7 @@ from typing import IO, Any
 import click
 
 from opencode_autoretry.models import Message, PartType, Tokens
+from opencode_autoretry.terminal_text import json_visible, visible, visible_keeping_colour
 
 RULE = "=" * 60
 OK = "✓"
@@ -64,8 +65,14 @@ class Style:
         return shown.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S")
 
 
+def for_terminal(report: str, style: Style) -> str:
+    """A whole text report as it may reach the terminal: with colour, only the report's own
+    colour codes survive; without, every control is a visible escape (issue 20)."""
+    return visible_keeping_colour(report) if style.colour else visible(report)
+
+
 def excerpt(text: str | None, limit: int = 80) -> str:
-    flat = " ".join((text or "").split())
+    flat = " ".join(visible(text or "").split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
@@ -73,6 +80,7 @@ def short_id(value: str | None, keep: int = 12) -> str:
     """The tail of an OpenCode id (the head is a shared time prefix)."""
     if not value:
         return "-"
+    value = visible(value)
     return value if len(value) <= keep + 4 else "…" + value[-keep:]
 
 
@@ -118,6 +126,6 @@ def step_state(message: Message) -> dict[str, Any]:
 def dump_json(report: str, body: Mapping[str, Any]) -> str:
     """Every report's JSON: ``{"report": name, "version": 1, ...body}``, UTF-8, in the
     documented key order."""
-    return json.dumps(
+    return json_visible(json.dumps(
         {"report": report, "version": JSON_VERSION, **body}, ensure_ascii=False, indent=2
-    )
+    ))

@@ -446,19 +446,70 @@ def validate(obj: object) -> dict[str, Any]:
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+#: A decoded line nests at most this deep (OpenCode's events nest about ten levels, tool
+#: inputs a few more): deeper lines are refused before anything walks them recursively.
+MAX_DEPTH = 100
+#: ... and holds at most this many objects and arrays: one 1 MiB line of ``[{},{},…]`` made
+#: about 24 MB of Python objects (issue 20). A hello naming 256 sessions needs a few thousand.
+MAX_CONTAINERS = 50_000
+
+
 def _repair(value: Any) -> Any:
     """Lone UTF-16 surrogates (``"\\ud83d"``) become U+FFFD, in keys and values.
 
     The bridge cuts texts by UTF-16 units (``text.slice(0, 500)``), so an emoji on the cut
     leaves half a pair, which JSON.stringify writes as an escape; Python decodes it into a
-    str that no UTF-8 codec (SQLite, the log, the socket) accepts. Found by fuzzing."""
+    str that no UTF-8 codec (SQLite, the log, the socket) accepts. Found by fuzzing.
+
+    Iterative, repairing the fresh containers ``json.loads`` made in place: a recursive walk
+    of a line nested 500 deep raised RecursionError and ended the reader thread (issue 20)."""
     if isinstance(value, str):
         return _LONE_SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_repair(item) for item in value]
-    if isinstance(value, dict):
-        return {_repair(key): _repair(item) for key, item in value.items()}
+    stack: list[Any] = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                if isinstance(item, str):
+                    node[index] = _LONE_SURROGATE.sub("\ufffd", item)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+        elif isinstance(node, dict):
+            items = list(node.items())
+            node.clear()
+            for key, item in items:
+                if isinstance(item, str):
+                    item = _LONE_SURROGATE.sub("\ufffd", item)
+                elif isinstance(item, list | dict):
+                    stack.append(item)
+                node[_LONE_SURROGATE.sub("\ufffd", key)] = item
     return value
+
+
+def _shape_error(value: Any) -> str | None:
+    """Why ``value`` nests too deep or holds too many containers (iterative: any depth is
+    safe), or None."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    containers = 0
+    while stack:
+        node, depth = stack.pop()
+        containers += 1
+        if depth > MAX_DEPTH:
+            return f"nested deeper than {MAX_DEPTH}"
+        if containers > MAX_CONTAINERS:
+            return f"more than {MAX_CONTAINERS} objects and arrays"
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children if isinstance(child, list | dict))
+    return None
+
+
+def _check_shape(raw: bytes, obj: Any) -> None:
+    # Counting brackets is C-fast and bounds depth and count from above: most lines skip
+    # the walk.
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
+        error = _shape_error(obj)
+        if error:
+            raise ProtocolError("bad_json", error)
 
 
 def parse_line(line: bytes | str) -> dict[str, Any]:
@@ -474,6 +525,7 @@ def parse_line(line: bytes | str) -> dict[str, Any]:
         raise ProtocolError("bad_json", "nested too deeply") from exc
     except ValueError as exc:  # found by fuzzing: an integer of more than 4300 digits
         raise ProtocolError("bad_json", str(exc)[:80]) from exc
+    _check_shape(raw, obj)
     if b"\\ud" in raw or b"\\uD" in raw:  # only then can a lone surrogate be in there
         obj = _repair(obj)
     return validate(obj)

@@ -7,8 +7,20 @@ worker takes the many short ones, and stealing evens out the rest.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable otherwise
+
+
+@pytest.fixture(autouse=True)
+def _umask_kept() -> Iterator[None]:
+    """The CLI sets umask 077 in-process (issue 20): each test starts from the same umask."""
+    old = os.umask(0o022)
+    os.umask(old)
+    yield
+    os.umask(old)

@@ -1,6 +1,8 @@
 """A local webhook receiver on 127.0.0.1 for the notification tests (unit and e2e).
 
-``mode`` is ``ok`` (204), ``fail`` (500) or ``hang`` (holds the request until ``release()``).
+``mode`` is ``ok`` (204), ``fail`` (500), ``hang`` (holds the request until ``release()``),
+``redirect`` (302 to ``location``) or ``drip`` (its answer one byte every ``drip_every``
+seconds, each byte within any per-operation timeout).
 Every POST is kept with its arrival time (``time.time()``) and parsed JSON body.
 """
 
@@ -24,6 +26,8 @@ class Received:
 class WebhookSink:
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode
+        self.location = ""
+        self.drip_every = 0.2
         self._received: list[Received] = []
         self._cond = threading.Condition()
         self._release = threading.Event()
@@ -75,9 +79,28 @@ class WebhookSink:
                     sink._cond.notify_all()
                 if sink.mode == "hang":
                     sink._release.wait(120)
+                if sink.mode == "redirect":
+                    self.send_response(302)
+                    self.send_header("location", sink.location)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                if sink.mode == "drip":
+                    self._drip(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n")
+                    return
                 status = 500 if sink.mode == "fail" else 204
                 self.send_response(status)
                 self.send_header("content-length", "0")
                 self.end_headers()
+
+            def _drip(self, answer: bytes) -> None:
+                for byte in answer:
+                    if sink._release.wait(sink.drip_every):
+                        return
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:
+                        return  # the client gave up: what the deadline test waits for
 
         return Handler

@@ -210,3 +210,28 @@ def test_cli_default_config_dir_follows_xdg(tmp_path, monkeypatch):
     assert (tmp_path / "opencode" / "plugins" / "autoretry.js").exists()
     assert (tmp_path / "opencode" / "plugins" / "autoretry" / "wire.js").exists()
     assert (tmp_path / "opencode" / "command" / "autoretry.md").exists()
+
+
+def test_every_earlier_shipped_command_file_is_recorded_as_ours():
+    """Issue 20: an unedited /autoretry command file of an earlier release must read as
+    outdated (replaced on upgrade), not customised. Every version of autoretry.md in the
+    history other than the current one must have its sha256 in PREVIOUS_COMMAND_SHA256."""
+    import subprocess
+
+    from opencode_autoretry.plugin_bridge import install
+
+    repo = Path(__file__).resolve().parents[1]
+    source = "plugin_bridge/autoretry.md"
+    listed = subprocess.run(["git", "-C", str(repo), "log", "--format=%H", "--", source],
+                            capture_output=True, text=True, check=False)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    current = install.COMMAND.content()
+    earlier = set()
+    for commit in listed.stdout.split():
+        shown = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{source}"],
+                               capture_output=True, check=True)
+        if shown.stdout != current:
+            earlier.add(hashlib.sha256(shown.stdout).hexdigest())
+    assert earlier <= install.PREVIOUS_COMMAND_SHA256, "record the old checksums in install.py"
+    assert hashlib.sha256(current).hexdigest() not in install.PREVIOUS_COMMAND_SHA256

@@ -8,6 +8,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -269,3 +270,77 @@ def test_line_splitter(chunks, lines, oversize, leftover):
         got += new
         dropped += over
     assert (got, dropped, splitter.leftover) == (lines, oversize, leftover)
+
+
+@pytest.mark.parametrize("depth", [500, 990])
+def test_a_deep_line_with_a_surrogate_escape_is_garbage_and_later_lines_arrive(
+    sock_dir, inbox, depth
+):
+    # Issue 20: RecursionError in the repair ended the reader thread and lost the read.
+    nested = "[" * depth + '"C:\\\\udev"' + "]" * depth
+    deep = f'{{"v":1,"type":"event","t":1,"event":{{"type":"x","d":{nested}}}}}\n'.encode()
+    with BridgeServer(sock_dir / "run" / "daemon.sock", inbox, clock=FixedClock()) as srv:
+        client = connect(srv)
+        next_item(inbox, BridgeConnected)
+        client.sendall(deep + line({"type": "stats", "dropped": 0, "queued": 0}))
+        assert type(next_item(inbox, BridgeMessage).message).__name__ == "Stats"
+        assert srv.counters().garbage == 1
+        client.close()
+
+
+def _closed_by_server(client: socket.socket) -> bool:
+    try:
+        return client.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_connections_beyond_the_cap_are_refused_and_counted(sock_dir, inbox):
+    # Issue 20: one reader thread per connection, with no cap.
+    path = sock_dir / "run" / "daemon.sock"
+    with BridgeServer(path, inbox, clock=FixedClock(), max_connections=2) as srv:
+        first, second = connect(srv), connect(srv)
+        next_item(inbox, BridgeConnected)
+        next_item(inbox, BridgeConnected)
+        third = connect(srv)
+        assert _closed_by_server(third), "a third connection was kept"
+        assert srv.counters().over_cap == 1
+        first.close()
+        next_item(inbox, BridgeClosed)
+        fourth = connect(srv)
+        assert isinstance(next_item(inbox, BridgeConnected), BridgeConnected)
+        for client in (second, third, fourth):
+            client.close()
+
+
+def test_finished_reader_threads_are_let_go(server, inbox):
+    # Issue 20: every connection ever made kept its Thread in the server's list.
+    for _ in range(30):
+        client = connect(server)
+        next_item(inbox, BridgeConnected)
+        client.close()
+        next_item(inbox, BridgeClosed)
+    last = connect(server)
+    next_item(inbox, BridgeConnected)
+    assert len(server._threads) < 10, f"{len(server._threads)} threads kept for 31 connections"
+    last.close()
+
+
+def test_a_full_inbox_pauses_reading_and_nothing_is_lost(sock_dir, inbox):
+    # Issue 20: the inbox had no bound; now a reader waits while it holds max_pending items.
+    path = sock_dir / "run" / "daemon.sock"
+    with BridgeServer(path, inbox, clock=FixedClock(), max_pending=5) as srv:
+        for index in range(5):
+            inbox.put(("filler", index))
+        client = connect(srv)
+        stats = [line({"type": "stats", "dropped": i, "queued": 0}) for i in range(3)]
+        client.sendall(b"".join(stats))
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:  # a bounded look: nothing may pass the full inbox
+            assert inbox.qsize() <= 6, "a message passed the full inbox"
+            time.sleep(0.01)
+        held = [inbox.get_nowait() for _ in range(inbox.qsize())]
+        assert sum(isinstance(item, BridgeMessage) for item in held) == 0
+        got = [next_item(inbox, BridgeMessage).message.dropped for _ in range(3)]
+        assert got == [0, 1, 2]
+        client.close()

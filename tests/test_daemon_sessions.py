@@ -187,3 +187,39 @@ def test_continuation_reuses_agent_and_model_d21(steps, expected):
 
 def test_continuation_target_of_nothing():
     assert continuation_target(None) == (None, None, None)
+
+
+def test_a_session_that_is_its_own_parent_is_judged_not_recursed():
+    # Issue 20: child_busy recursed through the cycle and every judgement of it failed.
+    sessions = Sessions()
+    sessions.set_parent("ses_a", "ses_a")
+    assert sessions.get("ses_a").parent_id is None
+    assert sessions.live_facts("ses_a").child_busy is False
+
+
+def test_a_cycle_of_parents_ends_and_a_busy_descendant_still_counts():
+    sessions = Sessions()
+    for child, parent in (("ses_b", "ses_a"), ("ses_c", "ses_b"), ("ses_a", "ses_c")):
+        sessions.set_parent(child, parent)
+    assert sessions.child_busy("ses_a") is False
+    sessions.ensure("ses_c").status = "busy"
+    assert sessions.child_busy("ses_a") is True and sessions.child_busy("ses_b") is True
+
+
+def test_idle_ownerless_views_are_evicted_and_live_ones_kept():
+    # Issue 20: session views were never evicted.
+    hour = timedelta(hours=1)
+    sessions = Sessions()
+    sessions.ensure("ses_old").last_activity = NOW
+    owned = sessions.ensure("ses_owned")
+    owned.owner, owned.last_activity = "b1", NOW
+    busy = sessions.ensure("ses_busy")
+    busy.status, busy.last_activity = "busy", NOW
+    sessions.set_parent("ses_kid", "ses_old")
+    sessions.ensure("ses_kid").last_activity = NOW + 5 * hour
+    sessions.ensure("ses_never")  # never active: counted from the first pass that saw it
+    assert sessions.evict_idle(NOW + 6 * hour, 6 * hour) == ["ses_old"]
+    assert sessions.get("ses_old") is None and sessions.get("ses_owned") is not None
+    assert sessions.get("ses_busy") is not None and sessions.get("ses_never") is not None
+    assert sorted(sessions.evict_idle(NOW + 12 * hour, 6 * hour)) == ["ses_kid", "ses_never"]
+    assert {v.session_id for v in sessions} == {"ses_owned", "ses_busy"}

@@ -231,3 +231,17 @@ def test_run_exits_0_on_signal(tmp_path, signum):
                 proc.kill()
     assert (tmp_path / "log" / "daemon.log").exists()
     assert not (tmp_path / "d.sock").exists()
+
+
+def test_status_reads_a_store_whose_path_holds_uri_characters(tmp_path):
+    # Issue 20: the unquoted URI cut the path at "?" / "#": status failed, a stray file appeared.
+    home = tmp_path / "st?ate#dir"
+    home.mkdir()
+    store = Store.open(home / "autoretry.db")
+    store.beat(datetime.now(tz=UTC), 321, {"bridges": [], "sessions": {}, "no_owner": []})
+    store.close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = cli(home, "status")
+    assert result.exit_code == 0, result.output
+    assert "daemon: running (pid 321" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no stray file

@@ -56,10 +56,10 @@ def test_options_are_read_and_the_continuation_keeps_output_options():
                      "--print-logs", "-s", "ses_1", "--title", "t", "fix", "it"])
     assert run.session == "ses_1" and run.text == "fix it" and not run.forks
     argv = run.continuation("ses_1", "Continue.", model="fake/m", agent="build", variant=None)
-    assert argv == ["/opt/bin/opencode", "run", "--session", "ses_1", "--model", "fake/m",
-                    "--agent", "build", "--format", "json", "--print-logs", "Continue."]
+    assert argv == ["/opt/bin/opencode", "run", "--session", "ses_1", "--model=fake/m",
+                    "--agent=build", "--format=json", "--print-logs", "Continue."]
     dash = run.continuation("ses_1", "-x y", model=None, agent=None, variant="high")
-    assert dash[-3:] == ["--", "-x", "y"] and dash[4:6] == ["--variant", "high"]
+    assert dash[-3:] == ["--", "-x", "y"] and dash[4] == "--variant=high"
     words = run.continuation("ses_1", "Continue; it was cut (lost).", model=None, agent=None,
                              variant=None)
     assert words[-5:] == ["Continue;", "it", "was", "cut", "(lost)."], "one word per argument"
@@ -181,8 +181,8 @@ def test_a_blank_reply_is_continued_once_in_the_same_turn(world: World):
     assert world.runner(["opencode", "run", "--format", "json", "say", "hello"]).execute() == 0
     first, second = world.spawned
     assert first.env["AUTORETRY_EXEC"] == "1" and ENV_MARKER not in first.env
-    assert second.argv == ["opencode", "run", "--session", world.session_id, "--model",
-                           "fake/fake-model", "--agent", "build", "--format", "json",
+    assert second.argv == ["opencode", "run", "--session", world.session_id,
+                           "--model=fake/fake-model", "--agent=build", "--format=json",
                            "Continue."]
     assert second.env[ENV_SESSION] == world.session_id and second.env["AUTORETRY_EXEC"] == "1"
     assert world.decisions() == ["inject"]
@@ -328,3 +328,12 @@ def test_the_runs_directory_is_its_cwd_or_pwd_with_dir_on_top():
     assert run_directories(run, "/a", None) == {"/a"}
     sub = parse_run(["opencode", "run", "--dir", "sub", "x"])
     assert run_directories(sub, "/a", "/a") == {"/a/sub"}
+
+
+def test_a_value_starting_with_a_dash_stays_the_options_value():
+    # Issue 20: "--agent", "-x" let yargs read "-x" as an option of its own.
+    run = parse_run(["opencode", "run", "--dir", "/p", "fix"])
+    argv = run.continuation("ses_1", "Go.", model="--help", agent="-x", variant="--fork")
+    assert argv[2:8] == ["--session", "ses_1", "--model=--help", "--agent=-x", "--variant=--fork",
+                         "--dir=/p"]
+    assert not any(word.startswith("-") and "=" not in word for word in argv[4:-1])

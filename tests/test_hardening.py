@@ -11,6 +11,7 @@ import os
 import queue
 import socket
 import stat
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -336,3 +337,50 @@ def test_a_shared_socket_dir_like_tmp_is_refused_not_locked(tmp_path: Path) -> N
     with pytest.raises(hardening.NotPrivateError, match="shared directory"):
         BridgeServer(shared / "d.sock", queue.Queue()).start()
     assert mode(shared) == 0o1777  # left as it was: chmod 0700 would lock everyone else out
+
+
+# -- state written by commands other than `run` (issue 20) ------------------------------------
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AUTORETRY_HOME": str(home), "OPENCODE_DB": str(home / "oc.db"),
+           "AUTORETRY_CONFIG": str(home / "none.toml"), "XDG_CACHE_HOME": str(home / "cache"),
+           "XDG_STATE_HOME": str(home / "state"), "XDG_DATA_HOME": str(home / "data")}
+    command = [sys.executable, "-c", "import os, sys; os.umask(0o022); "
+               "from opencode_autoretry.cli.main import main; sys.exit(main())", *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+def _open_to_others(root: Path) -> list[str]:
+    return [f"{p.relative_to(root)} {oct(mode(p))}" for p in [root, *root.rglob("*")]
+            if mode(p) & 0o077]
+
+
+@pytest.mark.parametrize("args", [["on"], ["off", "--session", "ses_a"], ["diagnose"]])
+def test_commands_other_than_run_create_private_state(tmp_path: Path, args: list[str]) -> None:
+    home = tmp_path / "home"
+    done = _cli(home, *args)
+    assert home.is_dir() and any(home.rglob("*")), (done.stdout, done.stderr)
+    assert _open_to_others(home) == [], done.stderr
+
+
+@pytest.mark.parametrize("command", ["exec", "diagnose", "timeline", "status", "on", "notify"])
+def test_the_cli_sets_umask_077_for_state_writing_commands(command: str) -> None:
+    from click.testing import CliRunner
+
+    from opencode_autoretry.cli.main import main
+
+    os.umask(0o022)
+    CliRunner().invoke(main, [command, "--help"])
+    assert os.umask(0o022) == 0o077
+
+
+def test_bridge_install_keeps_the_users_umask() -> None:
+    from click.testing import CliRunner
+
+    from opencode_autoretry.cli.main import main
+
+    os.umask(0o022)
+    CliRunner().invoke(main, ["bridge", "--help"])
+    assert os.umask(0o022) == 0o022

@@ -151,3 +151,71 @@ def test_start_up_warns_when_no_desktop_notifier_exists(caplog, monkeypatch):
     assert notifier is not None and notifier.channel_names == ("desktop",)
     assert "neither notify-send nor osascript is installed" in caplog.text
     notifier.stop()
+
+
+@pytest.fixture
+def target():
+    server = WebhookSink()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("scheme", ["http", "ftp"])
+def test_a_redirect_is_a_failed_delivery_and_never_followed(sink, target, scheme):
+    # Issue 20: the redirect was followed to any host and scheme and recorded as sent.
+    sink.mode = "redirect"
+    port = target.url.split(":")[2].split("/")[0]
+    sink.location = f"{scheme}://127.0.0.1:{port}/elsewhere"
+    ok, attempts, error = deliver_once(WebhookChannel(sink.url), NOTE, 5, attempts=1)
+    assert not ok and error is not None and "redirect (HTTP 302)" in error
+    assert len(sink.received()) == 1 and target.received() == []
+    assert "s3cret" not in error and "t0k" not in error
+
+
+def test_a_server_answering_a_byte_at_a_time_is_cut_at_the_attempts_deadline(sink):
+    # Issue 20: the timeout was per socket operation, so a dripping answer held a 1 s attempt
+    # for 8.8 s. Here the whole answer takes 0.3 s * 45 bytes = 13.5 s.
+    sink.mode, sink.drip_every = "drip", 0.3
+    started = time.monotonic()
+    ok, _, error = deliver_once(WebhookChannel(sink.url), NOTE, 1.0, attempts=1)
+    took = time.monotonic() - started
+    sink.release()
+    assert not ok and error is not None and "timed out after 1 s" in error
+    assert took < 6.0, f"an attempt with a 1 s deadline took {took:.1f} s"
+
+
+def test_a_dripping_answer_that_ends_in_time_is_delivered(sink):
+    sink.mode, sink.drip_every = "drip", 0.001
+    ok, _, error = deliver_once(WebhookChannel(sink.url), NOTE, 30, attempts=1)
+    assert ok, error
+
+
+def test_plain_http_to_another_host_is_warned_about_once_at_start(caplog):
+    from opencode_autoretry.daemon.notifications.notifier import (
+        cleartext_warning,
+        start_notifier,
+    )
+
+    remote = load_notify({"webhook": "http://hooks.example.com/s3cret"})
+    warning = cleartext_warning(remote)
+    assert warning is not None and "http://hooks.example.com/…" in warning
+    assert "s3cret" not in warning
+    for safe in ("https://hooks.example.com/x", "http://127.0.0.1:8/x", "http://[::1]:8/x",
+                 "http://localhost/x"):
+        assert cleartext_warning(load_notify({"webhook": safe})) is None, safe
+    notifier = start_notifier(remote, lambda result: None)
+    assert notifier is not None
+    notifier.stop()
+    assert [r.getMessage() for r in caplog.records].count(warning) == 1
+
+
+def test_the_notify_send_body_is_escaped_markup():
+    # Issue 20: notify-send renders its body as markup, so a title's tags became live.
+    title = '<a href="http://evil/">x</a> <img src="file:///etc/passwd"> & <b>'
+    note = Notification(NotifyEvent.GAVE_UP, "ses_a", datetime(2026, 12, 1, tzinfo=UTC),
+                        "why", title=title)
+    argv = DesktopChannel("/usr/bin/notify-send").argv(note)
+    body = argv[-1]
+    assert "<" not in body and ">" not in body
+    assert "&lt;a href=\"http://evil/\"&gt;x&lt;/a&gt;" in body and "&amp;" in body
+    assert note.summary != body and title in note.summary  # the same text, escaped

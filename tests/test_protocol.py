@@ -189,3 +189,39 @@ def test_node_test_suite_passes():
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "# fail 0" in out.stdout
     assert re.search(r"^# pass [1-9]", out.stdout, re.M), "no JS test ran"
+
+
+def _nested_event(depth: int, text: str) -> str:
+    inner = "[" * depth + json.dumps(text) + "]" * depth
+    return f'{{"v":1,"type":"event","t":1,"event":{{"type":"x","properties":{{"deep":{inner}}}}}}}'
+
+
+@pytest.mark.parametrize("depth", [500, 700, 990])
+@pytest.mark.parametrize("text", ["\ud83d", "C:\\udev"])
+def test_a_deeply_nested_line_with_a_surrogate_escape_is_refused_not_raised(depth, text):
+    # Issue 20: the recursive repair raised RecursionError past json.loads's own guard.
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse_line(_nested_event(depth, text))
+    assert info.value.reason == "bad_json"
+
+
+def test_repair_reaches_keys_and_values_at_the_deepest_allowed_level():
+    depth = protocol.MAX_DEPTH - 4  # the event's own wrappers take four levels
+    line = _nested_event(depth, "half \ud83d").replace('"deep"', '"k\\ud83d"')
+    event = protocol.decode_from_bridge(line).event
+    value = event["properties"]["k\ufffd"]
+    for _ in range(depth):
+        (value,) = value
+    assert value == "half \ufffd"
+    assert protocol.decode_from_bridge(_nested_event(depth, r"C:\udev")).event  # kept
+
+
+def test_a_line_of_many_small_objects_is_refused():
+    # Issue 20: one 1 MiB line of "[{},{},…]" became about 24 MB of objects in the inbox.
+    many = "[" + ",".join(["{}"] * (protocol.MAX_CONTAINERS + 1)) + "]"
+    with pytest.raises(ProtocolError) as info:
+        protocol.parse_line(f'{{"v":1,"type":"event","t":1,"event":{{"type":"x","a":{many}}}}}')
+    assert info.value.reason == "bad_json" and "objects and arrays" in str(info.value)
+    text = "{}" * 100_000  # brackets inside a string are no containers: kept
+    line = json.dumps({"v": 1, "type": "event", "t": 1, "event": {"type": "x", "s": text}})
+    assert protocol.parse_line(line)["event"]["s"] == text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -37,7 +38,17 @@ def main(
     `autoretry run` starts the daemon; diagnose, timeline, errors and trace are read-only
     reports over OpenCode's database and the daemon's store.
     """
+    if ctx.invoked_subcommand not in WRITES_FOR_OPENCODE:
+        # Every other command may create state (the store and its -wal/-shm under exec, the
+        # report index under diagnose, ...) before any daemon made the directories private:
+        # none of it may be readable by other users (issue 20).
+        os.umask(0o077)
     ctx.obj = AppContext({"opencode_db": opencode_db, "store": store}, config)
+
+
+#: Sub-commands that write OpenCode's files (the bridge plugin and its command file), which
+#: keep the user's own umask.
+WRITES_FOR_OPENCODE = frozenset({"bridge"})
 
 
 def _attach_commands() -> None:

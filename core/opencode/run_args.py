@@ -72,13 +72,13 @@ class RunArgs:
         variant: str | None,
     ) -> list[str]:
         """``opencode run --session ID`` with the turn's model, agent and variant."""
-        argv = [self.program, "run", "--session", session_id]
+        # ``--name=value`` as one word: a value from the DB (a model or agent name) or the
+        # command line that starts with "-" would be read as another option (issue 20).
+        argv = [self.program, "run", "--session", session_id]  # our own id: "ses_…"
         for name, value in (("--model", model), ("--agent", agent), ("--variant", variant)):
             if value:
-                argv += [name, value]
-        for name in KEPT_VALUES:
-            if name in self.values:
-                argv += [name, self.values[name]]
+                argv.append(f"{name}={value}")
+        argv += [f"{name}={self.values[name]}" for name in KEPT_VALUES if name in self.values]
         argv += [name for name in KEPT_FLAGS if name in self.flags]
         # `opencode run` wraps an argument holding a space in double quotes before it joins
         # them (measured on 1.18.33): one word per argument sends the text unquoted. yargs

@@ -21,6 +21,7 @@ from typing import Any
 import sqlite_utils
 
 from opencode_autoretry.models import BudgetGroup, Decision, TurnLedger, from_epoch_ms, to_epoch_ms
+from opencode_autoretry.store.sqlite_uri import readonly_uri
 
 GLOBAL_SCOPE = "*"
 OPEN_STATES = ("intent", "sent")
@@ -438,7 +439,7 @@ class StoreView(_Reader):
                 conn.executescript(script)
             return cls(conn)
         try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+            conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=5.0)
             conn.execute("SELECT 1 FROM heartbeat LIMIT 1")
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot read the autoretry store {path}: {exc}") from exc

@@ -46,6 +46,13 @@ from opencode_autoretry.plugin_bridge.protocol import (
 )
 
 log = logging.getLogger(__name__)
+#: Open bridge connections at most (one reader thread each): one OpenCode process is one
+#: connection, so more is a leak or an attack; beyond it a connection is closed unread.
+MAX_CONNECTIONS = 64
+#: Items waiting in the inbox before a reader thread stops reading (back-pressure: its bridge
+#: queues, then drops and counts, as when the daemon is away), so a flood cannot grow the
+#: daemon's memory without bound (issue 20).
+MAX_PENDING = 2048
 
 
 class SocketBusyError(RuntimeError):
@@ -97,6 +104,7 @@ class BridgeCounters:
     unknown: int = 0  # valid but of a type we do not know
     partial: int = 0  # bytes left without a newline when a connection closed
     rejected: int = 0  # connections from another user (or unverifiable): closed unread
+    over_cap: int = 0  # connections beyond MAX_CONNECTIONS: closed unread
 
 
 @dataclass
@@ -180,6 +188,8 @@ class BridgeServer:
         daemon_version: str | None = None,
         parts: PartHealth | None = None,
         peer_check: PeerCheck = same_user,
+        max_connections: int = MAX_CONNECTIONS,
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self.path = path
         self._inbox = inbox
@@ -197,6 +207,8 @@ class BridgeServer:
         self._inode: int | None = None
         self._parts = parts or PartHealth()
         self._peer_check = peer_check
+        self._max_connections = max_connections
+        self._max_pending = max_pending
         self._untested: set[str | None] = set()  # OpenCode versions already warned about
 
     # ------------------------------------------------------------ lifecycle
@@ -260,8 +272,15 @@ class BridgeServer:
 
     def _spawn(self, target: Any, name: str, *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        # finished readers are let go: the list kept one per connection ever made (issue 20)
+        self._threads = [t for t in self._threads if t.is_alive()]
         self._threads.append(thread)
         thread.start()
+
+    @property
+    def threads(self) -> int:
+        """Threads kept for ``stop`` to join (the accept loop and the live readers)."""
+        return len(self._threads)
 
     # ------------------------------------------------------------ public API
 
@@ -317,6 +336,14 @@ class BridgeServer:
             if refusal:
                 self._count("rejected")
                 log.warning("bridge connection refused: %s", refusal)
+                sock.close()
+                continue
+            with self._lock:
+                full = len(self._conns) >= self._max_connections
+            if full:
+                self._count("over_cap")
+                log.warning("bridge connection refused: %d connections are open, the most "
+                            "allowed", self._max_connections)
                 sock.close()
                 continue
             sock.settimeout(self._write_timeout)
@@ -387,11 +414,23 @@ class BridgeServer:
             self._inbox.put(BridgeConnected(conn.conn_id, message, now))
             self.send(conn.conn_id, Welcome(daemon=self._daemon_version))
             return
+        self._wait_for_room(conn)
         session_id = _session_of(message)
         if session_id and session_id not in conn.sessions:  # only this thread adds to it
             with self._lock:  # readers of ``sessions`` (owner_of, _info) copy it under it
                 conn.sessions.add(session_id)
         self._inbox.put(BridgeMessage(conn.conn_id, message, now))
+
+    def _wait_for_room(self, conn: _Conn) -> None:
+        """Back-pressure: while the inbox holds ``max_pending`` items this reader stops
+        reading, so its bridge's writes wait in the socket and then in the bridge's own
+        bounded queue (which drops and counts, shown by status)."""
+        if self._inbox.qsize() < self._max_pending:
+            return
+        log.info("bridge %s: inbox full (%d items); reading paused", conn.conn_id,
+                 self._max_pending)
+        while self._inbox.qsize() >= self._max_pending and not self._stop.wait(0.01):
+            pass
 
     def _warn_untested(self, version: str | None) -> None:
         """Once per OpenCode version outside the tested range (issue 11)."""

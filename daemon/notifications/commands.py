@@ -24,7 +24,7 @@ def notify() -> None:
 @click.pass_obj
 def test_command(app: AppContext) -> None:
     """Send one test event to every configured channel and print each result."""
-    from opencode_autoretry.daemon.notifications.notifier import send_test
+    from opencode_autoretry.daemon.notifications.notifier import cleartext_warning, send_test
     from opencode_autoretry.notifications.config import NotifyConfigError, load_notify
     from opencode_autoretry.notifications.events import Notification, NotifyEvent
 
@@ -35,6 +35,9 @@ def test_command(app: AppContext) -> None:
     if not config.channels:
         raise click.UsageError("no channel configured: set desktop, command or webhook in "
                                "[notify] of config.toml")
+    warning = cleartext_warning(config)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     note = Notification(NotifyEvent.TEST, "ses_test", datetime.now(tz=UTC),
                         "a test from `autoretry notify test`", title="autoretry notify test")
     failed = 0

@@ -10,11 +10,15 @@ are scrubbed of the webhook's secrets (path, query) before they reach a log or `
 from __future__ import annotations
 
 import contextlib
+import html
+import http.client
 import json
 import logging
 import platform
 import queue
 import shutil
+import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -23,7 +27,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from email.message import Message
+from typing import IO, Protocol
 from urllib.parse import urlsplit
 
 from opencode_autoretry.notifications.config import NotifyConfig, redact_url, scrub
@@ -31,6 +36,7 @@ from opencode_autoretry.notifications.events import Notification, ntfy_request, 
 
 log = logging.getLogger(__name__)
 
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 QUEUE_SIZE = 64  # per channel; more waiting messages than this are dropped (and counted)
 ATTEMPTS = 2  # the first try and at most one retry
 
@@ -70,7 +76,10 @@ class DesktopChannel:
             script = f"display notification {_osa_quote(note.summary)} " \
                      f"with title {_osa_quote(note.headline)}"
             return [self.program, "-e", script]
-        return [self.program, "--app-name=autoretry", note.headline, note.summary]
+        # notify-send's body is markup (the summary is not): a session title holding
+        # <a href=…> or <img src=…> rendered as a link or fetched an image (issue 20).
+        return [self.program, "--app-name=autoretry", note.headline,
+                html.escape(note.summary, quote=False)]
 
     def deliver(self, note: Notification, timeout: float) -> None:
         _run(self.argv(note), None, timeout, "desktop notifier")
@@ -122,24 +131,118 @@ class WebhookChannel:
             headers={"content-type": "application/json", "user-agent": "opencode-autoretry"},
         )
         secrets = (self.url, url, *NotifyConfig(webhook=self.url).secrets())
+        deadline = _Deadline()
+        timer = threading.Timer(timeout, deadline.expire)
+        timer.daemon = True
+        timer.start()
         try:
-            with _opener(url).open(request, timeout=timeout) as response:
+            with _opener(url, deadline).open(request, timeout=timeout) as response:
                 response.read(65536)
         except urllib.error.HTTPError as exc:
+            if 300 <= exc.code < 400:
+                raise ChannelError(f"webhook {self.shown} answered a redirect (HTTP "
+                                   f"{exc.code}), which is not followed") from None
             raise ChannelError(f"webhook {self.shown} answered HTTP {exc.code}") from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
             reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+            if deadline.expired or isinstance(reason, TimeoutError) or "timed out" in str(reason):
                 raise ChannelError(f"webhook {self.shown} timed out after {timeout:g} s") from None
             raise ChannelError(f"webhook {self.shown} failed: {scrub(str(reason), secrets)}") \
                 from None
+        finally:
+            timer.cancel()
 
 
-def _opener(url: str) -> urllib.request.OpenerDirector:
+class _Deadline:
+    """The wall-clock end of one attempt: at ``expire`` every socket the attempt opened is
+    shut down, which ends a blocked read. The socket timeout alone is per operation, so a
+    server sending a byte a second kept a 1 s attempt going for 8.8 s (issue 20)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.expired = False
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                self._shut(sock)
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                self._shut(sock)
+
+    @staticmethod
+    def _shut(sock: socket.socket) -> None:
+        # socket.socket's own shutdown, also for a TLS socket: SSLSocket.shutdown would drop
+        # its SSL object under the reading thread's feet.
+        with contextlib.suppress(OSError):
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _http_handlers(deadline: _Deadline) -> list[urllib.request.BaseHandler]:
+    """HTTP and HTTPS only (no ftp:, file: or data:), each connection watched by
+    ``deadline``."""
+
+    class Http(http.client.HTTPConnection):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    class Https(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            deadline.watch(self.sock)
+
+    class HttpHandler(urllib.request.HTTPHandler):
+        def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(Http, req)
+
+    context = ssl.create_default_context()
+
+    class HttpsHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+            return self.do_open(Https, req, context=context)
+
+    return [HttpHandler(), HttpsHandler(context=context)]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a delivery: followed, it could send the event (and its
+    session's title) to any host by any scheme and be recorded as sent (issue 20)."""
+
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int,
+                         msg: str, headers: Message, newurl: str) -> None:
+        return None
+
+
+def _opener(url: str, deadline: _Deadline) -> urllib.request.OpenerDirector:
     """The environment's proxies, except for a loopback URL (a local relay or a test)."""
-    if urlsplit(url).hostname in ("127.0.0.1", "::1", "localhost"):
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener()
+    proxies: dict[str, str] | None = {} if urlsplit(url).hostname in LOOPBACK_HOSTS else None
+    opener = urllib.request.OpenerDirector()
+    handlers: list[urllib.request.BaseHandler] = [
+        urllib.request.ProxyHandler(proxies),
+        *_http_handlers(deadline),
+        _NoRedirect(),
+        urllib.request.HTTPDefaultErrorHandler(),
+        urllib.request.HTTPErrorProcessor(),
+    ]
+    for handler in handlers:
+        opener.add_handler(handler)
+    return opener
+
+
+def cleartext_warning(config: NotifyConfig) -> str | None:
+    """A warning when the webhook sends its events (session titles, directories) and its
+    secret path in clear text to another machine."""
+    parts = urlsplit(config.webhook or "")
+    if parts.scheme != "http" or parts.hostname in LOOPBACK_HOSTS:
+        return None
+    return (f"notify.webhook {redact_url(config.webhook or '')} is plain http:// to another "
+            "host: its events and secret path cross the network unencrypted (use https://)")
 
 
 def build_channels(config: NotifyConfig, program: str | None = None) -> list[Channel]:
@@ -269,6 +372,9 @@ def start_notifier(config: NotifyConfig, report: Callable[[DeliveryResult], None
     notifier, which then fails every delivery with a clear error instead of vanishing."""
     if not config.channels:
         return None
+    warning = cleartext_warning(config)
+    if warning:
+        log.warning("%s", warning)
     channels = build_channels(config, program)
     for channel in channels:
         if isinstance(channel, DesktopChannel) and channel.program is None:

@@ -26,6 +26,8 @@ import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from opencode_autoretry.store.sqlite_uri import readonly_uri
+
 #: Bump to make every existing index rebuild itself (its layout or meaning changed).
 INDEX_VERSION = "2"  # 2: the per-session digests
 BUSY_TIMEOUT_S = 30.0
@@ -92,7 +94,7 @@ class StepIndex:
         try:
             if readonly:
                 conn = sqlite3.connect(
-                    f"file:{path}?mode=ro",
+                    readonly_uri(path),
                     uri=True,
                     timeout=BUSY_TIMEOUT_S,
                     check_same_thread=False,

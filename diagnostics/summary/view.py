@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from opencode_autoretry.diagnostics.render import Style
 from opencode_autoretry.diagnostics.summary.tally import DayCount, Summary, Tally
+from opencode_autoretry.terminal_text import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -184,7 +185,8 @@ def _breakdown(title: str, rows: Mapping[str, Tally], style: Style, store: bool)
     for name, tally in rows.items():
         share = _share(tally.recovered / tally.failed if tally.failed else None)
         counts = (tally.continuations, tally.decisions) if store else ()
-        table.add_row(name, str(tally.failed), str(tally.recovered), share, *map(str, counts))
+        table.add_row(visible(name), str(tally.failed), str(tally.recovered), share,
+                      *map(str, counts))
     return table
 
 

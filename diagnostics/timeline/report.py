@@ -55,6 +55,7 @@ from opencode_autoretry.diagnostics.subagent_view import is_subagent_abort
 from opencode_autoretry.models import Message, Part, PartType, Role, Session, Verdict
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import DecisionRecord, InjectionRecord, TrimRecord
+from opencode_autoretry.terminal_text import visible
 
 Entry = Message | DecisionRecord | InjectionRecord | TrimRecord
 Record = DecisionRecord | InjectionRecord | TrimRecord
@@ -227,12 +228,12 @@ def _message_lines(
         text = excerpt(" ".join(p.text for p in message.parts if p.text), 80)
         lines = [f'[{index}] {when} USER ({label}) "{text}"']
     else:
-        head = f"[{index}] {when} ASST finish={message.finish or '-'} " + (
+        head = f"[{index}] {when} ASST finish={visible(message.finish or '-')} " + (
             f"in={message.tokens.input} out={message.tokens.output}"
             f" cacheRead={message.tokens.cache_read}"
         )
         if message.error is not None:
-            error = f"err={message.error.name}: {excerpt(message.error.message, 60)}"
+            error = f"err={visible(message.error.name)}: {excerpt(message.error.message, 60)}"
             head += " " + style.bad(error)
         lines = [head]
         parts = [line for p in message.parts for line in _content_lines(p, trims, style)]
@@ -261,8 +262,8 @@ def _record_line(entry: Record, style: Style) -> str:
 def render_timeline(report: TimelineReport, style: Style) -> str:
     session = report.session
     lines = [
-        style.head(f"Session {session.id} ({session.slug}) — {session.title}"),
-        f"dir={session.directory} version={session.version} "
+        style.head(visible(f"Session {session.id} ({session.slug}) — {session.title}")),
+        f"dir={visible(session.directory)} version={session.version} "
         f"created={style.local(session.time_created)}",
     ]
     if session.parent_id:
@@ -284,5 +285,5 @@ def render_timeline(report: TimelineReport, style: Style) -> str:
     )
     if first_error is not None and first_error.error is not None:
         when = style.local(first_error.time_created)
-        lines.append(f"First error at {when}: {first_error.error.name}")
+        lines.append(f"First error at {when}: {visible(first_error.error.name)}")
     return "\n".join(lines)

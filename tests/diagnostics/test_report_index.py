@@ -119,3 +119,16 @@ def test_the_first_build_reports_its_progress_and_a_sync_does_not(
     calls.clear()
     _, synced = refresh(fresh_seeded.db, tmp_path, progress=lambda d, t: calls.append((d, t)))
     assert synced.rebuilt is None and synced.new_messages == 0 and not calls
+
+
+def test_the_step_index_opens_read_only_under_a_path_with_uri_characters(tmp_path):
+    # Issue 20: an unquoted "?" or "#" cut the file: URI short (a stray file, a wrong index).
+    from opencode_autoretry.diagnostics.index.step_index import StepIndex
+
+    path = tmp_path / "a?b#c" / "steps.db"
+    StepIndex.open(path).close()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    index = StepIndex.open(path, readonly=True)
+    assert index.conn.execute("SELECT count(*) FROM meta").fetchone() is not None
+    index.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no stray file

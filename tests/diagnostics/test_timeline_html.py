@@ -120,3 +120,14 @@ def test_the_browser_check_sees_console_errors(tmp_path: Path) -> None:
     found = check_page(bad)
     assert found.done and found.marks == 0
     assert any("missingFunction" in line for line in found.console), found.console
+
+
+def test_the_page_forbids_everything_but_its_inline_css(invoke, seeded, tmp_path: Path) -> None:
+    # Issue 20: with no policy, markup slipping past the escaping could load or run anything.
+    target = tmp_path / "csp.html"
+    assert invoke("timeline", seeded.sessions["main"], "--html", str(target)).exit_code == 0
+    page = target.read_text()
+    policy = re.search(r'<meta http-equiv="Content-Security-Policy" content="([^"]+)">', page)
+    assert policy is not None and page.index(policy[0]) < page.index("<style>")
+    rules = dict(rule.strip().split(" ", 1) for rule in policy[1].split(";"))
+    assert rules["default-src"] == "'none'" and rules["style-src"] == "'unsafe-inline'"
