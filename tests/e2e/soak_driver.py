@@ -251,6 +251,9 @@ class Soak:
         code = self.daemon.stop()
         if code is not None:
             self.exits.append(code)
+        # SIGTERM refused, or a traceback: the fault with the log's excerpt, to study it from.
+        self.problems += [Violation("daemon teardown", "daemon log", fault[:3000])
+                          for fault in self.daemon.teardown_faults()]
 
     def _result(self, soaking: Soaking) -> SoakResult:
         sessions, messages = read_opencode(soaking.opencode_db)
