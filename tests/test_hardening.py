@@ -94,7 +94,7 @@ def test_a_connection_from_another_user_is_closed_unread(tmp_path: Path) -> None
             answer = b""
         assert answer == b""  # closed, no welcome
         client.close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a poll: returns as soon as it holds
         while server.counters().rejected < 1 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert server.counters().rejected == 1
@@ -217,7 +217,7 @@ def test_bad_lines_are_logged_without_their_content(tmp_path: Path, caplog) -> N
         ]
         client.sendall(("\n".join(lines) + "\n").encode())
         client.close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a poll: returns as soon as it holds
         while server.counters().lines < len(lines) and time.monotonic() < deadline:
             time.sleep(0.01)
     logged = "\n".join(r.getMessage() for r in caplog.records)
@@ -265,7 +265,7 @@ def test_status_and_the_heartbeat_carry_the_dropped_line_counts(tmp_path: Path) 
         client = _connect(server.path)
         client.sendall(b"not json\n" + protocol.encode(protocol.Stats(dropped=3, queued=0,
                                                                       unknown=1)))
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30  # a poll: returns as soon as it holds
         while server.counters().lines < 2 and time.monotonic() < deadline:
             time.sleep(0.01)
         client.close()

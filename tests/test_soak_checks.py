@@ -12,17 +12,29 @@ sys.path.insert(0, str(Path(__file__).parent / "e2e"))
 
 from soak_checks import (  # noqa: E402
     DecisionRow,
+    Floor,
     InjectionRow,
     MessageRow,
     Observed,
     PlannedTurn,
     SessionRow,
     check,
+    check_floor,
     figures,
     segments,
     table,
 )
-from soak_plan import BY_NAME, MENU, Expect, draw, menu, prompt_text, tag_of  # noqa: E402
+from soak_plan import (  # noqa: E402
+    BY_NAME,
+    MENU,
+    Expect,
+    draw,
+    first_draws,
+    lane_rng,
+    menu,
+    prompt_text,
+    tag_of,
+)
 
 LIMITS = {"blank": 2, "disconnect": 2, "rate_limit": 2, "length": 3, "unknown": 2}
 GROUPS = frozenset({"disconnect", "rate_limit", "unknown"})
@@ -200,3 +212,46 @@ def test_provider_continuations_count_user_messages_after_the_latest_tag():
         request("Do the subtask [[s:blank]]"),  # a child's request: no tag, not counted
     ])
     assert seen == {"t0x0": 1, "t0x1": 0}
+
+
+FULL_CHAOS = {"daemon SIGKILLs survived": 2, "bridge sockets cut mid-line": 2}
+
+
+def a_run(turns: int) -> list[PlannedTurn]:
+    """``turns`` turns cycling through one fault of each family."""
+    faults = ["blank", "healthy", "unauthorized", "message_in_backoff"]
+    return [PlannedTurn(f"t0x{n}", "s1", faults[n % len(faults)]) for n in range(turns)]
+
+
+def test_a_run_that_did_too_little_fails_its_floor():
+    floor = Floor(turns=8, families={"recover": 2, "cancel": 2}, chaos=FULL_CHAOS)
+    assert check_floor(a_run(8), FULL_CHAOS, floor) == []
+    few = check_floor(a_run(5), {"daemon SIGKILLs survived": 1}, floor)
+    assert set(rules(few)) == {"too little happened"}
+    wheres = {v.where for v in few}
+    assert wheres == {"turns", "cancel turns", "daemon SIGKILLs survived",
+                      "bridge sockets cut mid-line"}, few
+    assert any(v.detail == "5 turns, at least 8 expected" for v in few)
+
+
+def test_the_soak_floor_follows_from_the_seed_and_the_time():
+    from soak_driver import SoakOptions, floor_of
+
+    options = SoakOptions(seed=11, seconds=35.0, lanes=8, short=True)
+    floor = floor_of(options)
+    assert floor.turns == 23  # 8 lanes x 35 s at one turn per 12 lane-seconds; 39 is the least seen
+    drawn = first_draws(11, 8, options.faults, 2)  # every lane plays 2 turns in 35 s
+    assert sum(floor.families.values()) == len(drawn) == 16
+    assert set(floor.families) == {e.value for e in Expect}  # seed 11 draws every family
+    assert floor.chaos == {"daemon SIGKILLs survived": 2, "OpenCode restarts survived": 1,
+                           "bridge sockets cut mid-line": 2}
+    # A run that played just the floor's first draws passes it; one turn less of a family fails.
+    plan = [PlannedTurn(f"t{n}", "s1", f.name) for n, f in enumerate(drawn)]
+    plan += [PlannedTurn(f"e{n}", "s1", "healthy") for n in range(floor.turns - len(plan))]
+    chaos = dict(floor.chaos)
+    assert check_floor(plan, chaos, floor) == []
+    no_cancel = [p for p in plan if BY_NAME[p.fault].expect is not Expect.CANCEL]
+    no_cancel += [PlannedTurn("x", "s1", "healthy")] * (len(plan) - len(no_cancel))
+    assert [v.where for v in check_floor(no_cancel, chaos, floor)] == ["cancel turns"]
+    # The lanes draw what the driver draws.
+    assert draw(lane_rng(11, 3), options.faults) is drawn[2 * 3]

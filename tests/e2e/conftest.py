@@ -172,7 +172,9 @@ def daemon(
     opencode_home: OpenCodeHome,
 ) -> Iterator[Callable[..., DaemonProcess]]:
     """Starts the real ``autoretry run`` (fast interruption budgets unless a config is given)
-    on the e2e OpenCode's DB; every daemon started must exit cleanly at the end. A failed
+    on the e2e OpenCode's DB; every daemon started must exit cleanly at the end: stop on
+    SIGTERM (within 20 s, else SIGKILLed and the test fails) and leave no traceback in its
+    log (the test fails with the excerpt). A failed
     test prints the tail of each daemon's log (not debug): what a CI failure is read from."""
     started: list[DaemonProcess] = []
 
@@ -189,5 +191,10 @@ def daemon(
             lines = [line for line in process.lines() if " DEBUG " not in line]
             print(f"\n--- daemon {number} log, last {DAEMON_LOG_LINES} lines (not debug) ---")
             print("\n".join(lines[-DAEMON_LOG_LINES:]))
+    faults: list[str] = []
     for process in started:
-        assert process.stop() in (0, -9, None), "the daemon did not exit cleanly"
+        code = process.stop()
+        faults += process.teardown_faults()
+        # -9: a daemon the test itself SIGKILLed and left down (refusing SIGTERM is a fault).
+        assert code in (0, -9, None), f"the daemon did not exit cleanly (exit code {code})"
+    assert not faults, "\n\n".join(faults)

@@ -26,6 +26,13 @@ FAST_CONFIG = "\n".join(
 )
 
 
+#: How long a daemon gets to stop on SIGTERM before the teardown SIGKILLs it and fails the
+#: test: generous (a loaded 2-core machine), as a clean stop takes well under a second.
+STOP_TIMEOUT = 20.0
+TRACEBACK = "Traceback (most recent call last)"
+LOG_TAIL_LINES = 40
+
+
 def wait_until(check: Callable[[], Any], timeout: float, what: str, every: float = 0.1) -> Any:
     """Poll another process's state (the daemon's store, OpenCode's DB or API) until ``check``
     answers truthy: there is nothing in this process to wait on instead."""
@@ -48,6 +55,7 @@ class DaemonProcess:
         home.mkdir(parents=True, exist_ok=True)
         self.config.write_text(config)
         self.process: subprocess.Popen[str] | None = None
+        self.refused_sigterm = False  # set when stop() had to SIGKILL
         self._lines: list[str] = []
         self._cond = threading.Condition()
 
@@ -106,13 +114,16 @@ class DaemonProcess:
                     raise AssertionError(f"daemon logged no {needle!r} within {timeout}s:\n{tail}")
                 self._cond.wait(left)
 
-    def stop(self) -> int | None:
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM, then wait; a daemon still running after ``timeout`` is SIGKILLed and
+        ``refused_sigterm`` says so (``teardown_faults`` turns it into a failure)."""
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else None
         self.process.send_signal(signal.SIGTERM)
         try:
-            return self.process.wait(timeout=15)
+            return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.refused_sigterm = True
             self.process.kill()
             return self.process.wait(timeout=15)
 
@@ -120,6 +131,23 @@ class DaemonProcess:
         assert self.process is not None
         self.process.kill()
         self.process.wait(timeout=15)
+
+    def teardown_faults(self) -> list[str]:
+        """What the end of a test must not find: a daemon that had to be SIGKILLed because it
+        did not stop on SIGTERM, or a traceback anywhere in its log (of every run of it)."""
+        lines = self.lines()
+        faults: list[str] = []
+        if self.refused_sigterm:
+            tail = "\n".join(lines[-LOG_TAIL_LINES:])
+            faults.append(f"the daemon did not stop on SIGTERM within {STOP_TIMEOUT:g} s and "
+                          f"was SIGKILLed; its log's last lines:\n{tail}")
+        starts = [n for n, line in enumerate(lines) if TRACEBACK in line]
+        if starts:
+            first = starts[0]
+            excerpt = "\n".join(lines[max(0, first - 3):first + LOG_TAIL_LINES])
+            faults.append(f"{len(starts)} traceback(s) in the daemon's log ({self.home}); "
+                          f"the first:\n{excerpt}")
+        return faults
 
     def store(self) -> StoreView:
         return StoreView.open(self.home / "autoretry.db")

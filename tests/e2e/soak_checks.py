@@ -8,6 +8,8 @@ user message of its session. The verdict of every turn follows from its fault (`
 - recover: exactly one continuation, a decision of an allowed kind, a clean final answer;
 - leave / healthy / cancel: nothing sent in the turn (cancel: at most the one retry the user's
   message did not beat, and never one after it);
+- enough happened (``Floor``): a slow machine that fits only a few turns, or chaos that never
+  came, fails as "too little happened" rather than passing on next to nothing;
 - everywhere: nothing sent to a child, no injection delivered twice, no budget overrun, a
   decision for every ended turn that needed one, nothing left open at the end, no daemon crash,
   and the provider saw no continuation that OpenCode's DB does not show.
@@ -85,6 +87,16 @@ class Observed:
     group_limits: Mapping[str, int] = field(default_factory=dict)
     interruption_groups: frozenset[str] = frozenset()
     interruption_cap: int = 2
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The least a run must do to count: turns in all, turns per fault family (``Expect``:
+    healthy, recover, leave, cancel) and chaos events by their ``chaos`` name."""
+
+    turns: int
+    families: Mapping[str, int] = field(default_factory=dict)
+    chaos: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -243,6 +255,24 @@ def check_daemon(observed: Observed) -> list[Violation]:
              for code in observed.daemon_exits if code != 0]
     if observed.daemon_tracebacks:
         found.append(Violation("daemon crash", "log", f"{observed.daemon_tracebacks} tracebacks"))
+    return found
+
+
+def check_floor(
+    plan: Sequence[PlannedTurn], chaos: Mapping[str, int], floor: Floor
+) -> list[Violation]:
+    """A run that did too little proves nothing: below any minimum is a violation."""
+    found: list[Violation] = []
+    if len(plan) < floor.turns:
+        found.append(Violation("too little happened", "turns",
+                               f"{len(plan)} turns, at least {floor.turns} expected"))
+    families = Counter(BY_NAME[p.fault].expect.value for p in plan)
+    found += [Violation("too little happened", f"{family} turns",
+                        f"{families[family]}, at least {least} expected")
+              for family, least in sorted(floor.families.items()) if families[family] < least]
+    found += [Violation("too little happened", name,
+                        f"{chaos.get(name, 0)}, at least {least} expected")
+              for name, least in sorted(floor.chaos.items()) if chaos.get(name, 0) < least]
     return found
 
 

@@ -27,9 +27,9 @@ from fake_subagents import install as install_subagents
 from fake_unattended import install as install_unattended
 from opencode import OpenCodeHome, OpenCodeServer
 from soak_chaos import SocketProxy
-from soak_checks import Observed, Violation, check, figures, table
+from soak_checks import Floor, Observed, Violation, check, check_floor, figures, table
 from soak_observe import budget_limits, provider_continuations, read_opencode, read_store
-from soak_plan import draw, menu
+from soak_plan import Fault, draw, first_draws, lane_rng, menu
 from soak_turns import Lane, Process, Soaking, play, warm_up
 
 from opencode_autoretry.config.settings import resolve
@@ -54,6 +54,32 @@ class SoakOptions:
     opencode_restarts: int = 1
     socket_cuts: int = 2
     leave_out: frozenset[str] = frozenset()  # faults an older OpenCode handles otherwise
+
+    @property
+    def faults(self) -> tuple[Fault, ...]:
+        return tuple(f for f in menu(self.short) if f.name not in self.leave_out)
+
+
+#: A normal run: the 35 s e2e soak plays 39 to 111 turns on 8 lanes (one turn per 2.5 to 7
+#: lane-seconds), the 10-minute one 989 on 10 (one per 6). The floor allows one per 12.
+LANE_SECONDS_PER_TURN = 12.0
+#: Every lane finishes a turn per 15 s at least (a stall turn: 8 s of silence, the abort, the
+#: continuation), two at most counted: the families of those first draws are the floor's.
+SECONDS_PER_SURE_TURN = 15.0
+
+
+def floor_of(options: SoakOptions) -> Floor:
+    """What a run of ``options`` must at least do; below it, "too little happened"."""
+    sure = max(1, min(2, int(options.seconds // SECONDS_PER_SURE_TURN)))
+    drawn = first_draws(options.seed, options.lanes, options.faults, sure)
+    families: dict[str, int] = {}
+    for fault in drawn:
+        families[fault.expect.value] = families.get(fault.expect.value, 0) + 1
+    chaos = {"daemon SIGKILLs survived": options.daemon_kills,
+             "OpenCode restarts survived": options.opencode_restarts,
+             "bridge sockets cut mid-line": options.socket_cuts}
+    turns = max(len(drawn), int(options.lanes * options.seconds / LANE_SECONDS_PER_TURN))
+    return Floor(turns=turns, families=families, chaos=chaos)
 
 
 @dataclass
@@ -112,8 +138,8 @@ class Soak:
     # ----------------------------------------------------------------- lanes
 
     def _lane(self, lane: Lane, soaking: Soaking) -> None:
-        rng = random.Random(f"{self.options.seed}:lane:{lane.index}")
-        faults = tuple(f for f in menu(self.options.short) if f.name not in self.options.leave_out)
+        rng = lane_rng(self.options.seed, lane.index)
+        faults = self.options.faults
         turn = 0
         while time.monotonic() < self.deadline:
             fault = draw(rng, faults)
@@ -225,6 +251,9 @@ class Soak:
         code = self.daemon.stop()
         if code is not None:
             self.exits.append(code)
+        # SIGTERM refused, or a traceback: the fault with the log's excerpt, to study it from.
+        self.problems += [Violation("daemon teardown", "daemon log", fault[:3000])
+                          for fault in self.daemon.teardown_faults()]
 
     def _result(self, soaking: Soaking) -> SoakResult:
         sessions, messages = read_opencode(soaking.opencode_db)
@@ -240,9 +269,13 @@ class Soak:
             group_limits=limits, interruption_groups=groups, interruption_cap=cap,
         )
         observed = _only_soak_sessions(observed, {p.session_id for p in soaking.plan})
-        violations = [*self.problems, *check(observed)]
-        result = SoakResult(observed, violations, {**self.chaos, **soaking.notes})
-        result.rows = figures(observed, violations, result.chaos)
+        chaos = {**self.chaos, **soaking.notes}
+        least = floor_of(self.options)
+        violations = [*self.problems, *check(observed), *check_floor(observed.plan, chaos, least)]
+        result = SoakResult(observed, violations, chaos)
+        families = ", ".join(f"{name} {n}" for name, n in sorted(least.families.items()))
+        result.rows = [*figures(observed, violations, result.chaos),
+                       ("floor (too little below it)", f"{least.turns} turns; {families}")]
         return result
 
     def _tear_down(self) -> None:

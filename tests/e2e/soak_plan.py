@@ -98,6 +98,21 @@ def draw(rng: random.Random, faults: tuple[Fault, ...]) -> Fault:
     return rng.choices(faults, weights=[f.weight for f in faults])[0]
 
 
+def lane_rng(seed: int, lane: int) -> random.Random:
+    """Each lane's own draws: a seed gives the same faults per lane whatever the speed."""
+    return random.Random(f"{seed}:lane:{lane}")
+
+
+def first_draws(seed: int, lanes: int, faults: tuple[Fault, ...], turns: int) -> list[Fault]:
+    """The faults the first ``turns`` turns of every lane draw: a run in which every lane played
+    that many turns has at least these (the soak's floor per family follows from them)."""
+    drawn: list[Fault] = []
+    for lane in range(lanes):
+        rng = lane_rng(seed, lane)
+        drawn += [draw(rng, faults) for _ in range(turns)]
+    return drawn
+
+
 def prompt_text(tag: str, fault: Fault) -> str:
     """The user message of a turn: its tag (how the checker finds it) and its marker."""
     marker = f" [[s:{fault.marker}]]" if fault.marker else ""

@@ -230,7 +230,8 @@ def test_bridge_reconnects_when_the_daemon_restarts(provider, standin, start_ope
     assert second.hello.pid == first.hello.pid
     session = server.create_session()["id"]
     standin.wait_for(
-        _bridge_event("session.created", session), 10, "session.created after reconnect"
+        _bridge_event("session.created", session), TURN_TIMEOUT,
+        "the bridge's session.created after it reconnected"
     )
 
 
@@ -283,7 +284,7 @@ def test_every_delta_of_a_long_answer_reaches_the_daemon(provider, standin, star
     sent = len(standin.messages())
     stats = standin.wait_for(
         lambda i: _is(Stats)(i) and i.message.sent >= sent and i.message.queued == 0,
-        10,
+        TURN_TIMEOUT,
         "stats after the turn with nothing left queued in the bridge",
     ).message
     assert stats.dropped == 0

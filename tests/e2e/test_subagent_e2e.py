@@ -92,7 +92,8 @@ def test_a_hung_subagent_is_aborted_and_its_parent_carries_on(provider, daemon, 
     assert records(d, child)[1] == [] and records(d, root) == ([], [])
     server.events.wait_for(
         lambda e: e.get("type") == "tui.toast.show"
-        and "a subagent hung" in e["properties"].get("message", ""), 10, "the parent's toast",
+        and "a subagent hung" in e["properties"].get("message", ""), TURN,
+        "the parent's toast that a subagent hung",
     )
     [task] = [p for m in server.messages(root) for p in m["parts"] if p.get("tool") == "task"]
     assert task["state"]["status"] in ("completed", "error")
