@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import queue
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 

@@ -34,7 +34,7 @@ def healthy_end(h: Harness, sid: str, parent: str, text: str = START_TEXT, agent
 
 
 def started(tmp_path, **todos) -> tuple[Harness, str, str]:
-    h = Harness(tmp_path, todos=todos)
+    h = Harness(tmp_path, todos={"enabled": True, **todos})  # off by default
     h.hello()
     sid = h.session()
     user = h.user(sid, "Build the parser and its tests")
@@ -180,6 +180,22 @@ def test_plan_agent_child_sessions_and_disabled_config_are_left_alone(tmp_path):
     healthy_end(off, osid, ouser)
     assert off.store.decisions(osid) == []
     assert h.prompts() == [] and off.prompts() == []
+
+
+def test_the_todo_continuation_is_off_by_default(tmp_path):
+    """Off until a fresh set scored at first sight has no stop reply continued (issue 19): a
+    config without ``[todos] enabled = true`` never continues; the same turn with it does."""
+    for enabled, wanted in ((None, 0), (True, 1)):
+        folder = tmp_path / str(enabled)
+        folder.mkdir()
+        h = Harness(folder, todos={} if enabled is None else {"enabled": enabled})
+        h.hello()
+        sid = h.session()
+        user = h.user(sid, "Build the parser and its tests")
+        h.chat(sid, user)
+        write_todos(h, sid, "pending")
+        healthy_end(h, sid, user)
+        assert len(h.store.decisions(sid)) == wanted, enabled
 
 
 def test_a_rejected_permission_in_the_turn_blocks_the_continuation(tmp_path):

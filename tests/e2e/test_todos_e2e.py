@@ -29,7 +29,7 @@ QUESTION = "say:I wrote the plan. Should I use SQLite or Postgres for the store?
 
 
 def todo_config(countdown: float = 1.0) -> str:
-    return f"[todos]\ncountdown = {countdown}\n" + FAST_CONFIG
+    return f"[todos]\nenabled = true\ncountdown = {countdown}\n" + FAST_CONFIG
 
 
 def judged(d: DaemonProcess, session: str, needle: str) -> list:
