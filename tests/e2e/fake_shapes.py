@@ -109,7 +109,8 @@ def a_overloaded_stream(h: Any, arg: str, release: threading.Event) -> None:
 def _html(status: int, reason: str, page: str, headers: dict[str, str]) -> Any:
     def respond(h: Any, arg: str, release: threading.Event) -> None:
         data = page.encode()
-        h.send_response(status, reason)
+        h.send_response_only(status, reason)  # no "Server: BaseHTTP": the gateway's own
+        h.send_header("date", h.date_time_string())
         h.send_header("content-type", "text/html; charset=UTF-8")
         h.send_header("content-length", str(len(data)))
         for key, value in headers.items():
