@@ -18,8 +18,8 @@ import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_provider import FakeProvider, ProviderRequest
 from fake_shapes import install
-from opencode import OpenCodeServer
-from provider_shapes import SHAPES, Shape
+from opencode import COLD_TURN, OpenCodeServer
+from provider_shapes import ANTHROPIC, SHAPES, Shape
 
 pytestmark = pytest.mark.e2e
 
@@ -124,10 +124,21 @@ def check_answered(server: OpenCodeServer, d: DaemonProcess, shape: Shape,
         shape.name, decisions)
 
 
+def warm_anthropic(server: OpenCodeServer) -> None:
+    """One plain turn through ``fakeanthropic`` before the daemon starts: loading the
+    provider's SDK on a loaded machine must not look like a stall (``stall_timeout`` 3 s)."""
+    session = server.create_session(title="warm-up anthropic")["id"]
+    server.prompt_async(session, "Say hello", model=ANTHROPIC)
+    server.wait_idle(session, COLD_TURN)
+    assert server.finished_ok(session), server.messages(session)[-1:]
+
+
 def run(shapes: list[Shape], provider: FakeProvider, daemon: Any, start_opencode: Any,
         config: str, timeout: float) -> None:
     install(provider)
     server = start_opencode(warm=True)
+    warm_anthropic(server)
+    provider.reset()  # the scenario's requests only
     d = daemon(config=config)
     d.wait_log("connected: pid", TURN)
     sessions = launch(server, shapes)
