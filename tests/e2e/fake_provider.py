@@ -13,6 +13,11 @@ http500, reset[:chunks] (RST after some chunks), noreason ([DONE] without finish
 stall (headers, then nothing until released/closed), repeat[:n] (one sentence n times).
 More behaviours can be added per provider: ``provider.responders[name] = fn`` (fake_loops.py).
 Every request is logged (``provider.requests``); tests assert on the log.
+
+The Anthropic Messages API (``POST /v1/messages``, OpenCode's ``@ai-sdk/anthropic`` provider
+``fakeanthropic``) is served too: there ``normal`` (and a tool result) is ``anthropic``, the
+Messages event stream (message_start, ping, a thinking block, a text block, usage in
+message_delta, message_stop); the fault shapes of Anthropic are in fake_shapes.py.
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ BEHAVIOURS = (
     "stall",
     "repeat",
     "title",
+    "anthropic",
 )
+ANTHROPIC_PATH = "/messages"
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,20 @@ def last_user_text(messages: list[dict[str, Any]]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
             return _text_of(message.get("content"))
+    return ""
+
+
+def last_block_text(messages: list[dict[str, Any]]) -> str:
+    """The latest user text block: the Messages API merges consecutive user messages into one
+    (a continuation after a failed step joins the prompt's), so only its last block is new."""
+    for message in reversed(messages):
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            texts = [p.get("text", "") for p in content
+                     if isinstance(p, dict) and p.get("type") == "text"]
+            return texts[-1] if texts else ""
+        if message.get("role") == "user":
+            return _text_of(content)
     return ""
 
 
@@ -179,7 +200,7 @@ class FakeProvider:
 
     # ---------------------------------------------------------------- internals
 
-    def _choose(self, body: dict[str, Any]) -> tuple[str, bool]:
+    def _choose(self, body: dict[str, Any], anthropic: bool = False) -> tuple[str, bool]:
         if _is_title(body):
             return "title", True
         messages = body.get("messages", [])
@@ -188,7 +209,8 @@ class FakeProvider:
                 return self._script.popleft(), False
         if messages and messages[-1].get("role") == "tool":
             return "normal", False
-        match = MARKER.search(last_user_text(messages))
+        latest = last_block_text(messages) if anthropic else last_user_text(messages)
+        match = MARKER.search(latest)
         if match:
             return (f"{match[1]}:{match[2]}" if match[2] else match[1]), False
         return "normal", False
@@ -223,7 +245,10 @@ class FakeProvider:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
-                behaviour, is_title = provider._choose(body)
+                anthropic = self.path.endswith(ANTHROPIC_PATH)
+                behaviour, is_title = provider._choose(body, anthropic)
+                if anthropic and behaviour in ("normal", "title"):
+                    behaviour = "anthropic"  # the same answer, in the Messages API's shape
                 provider._record(
                     ProviderRequest(
                         at=time.time(),
@@ -279,6 +304,11 @@ class FakeProvider:
                 for word in words:
                     self._send(_chunk({"content": word}))
                 self._finish(finish, _usage(len(words)))
+
+            def _event(self, event: dict[str, Any]) -> None:
+                """One Anthropic Messages SSE event (``event:`` line = its ``type``)."""
+                line = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                self._send(line.encode())
 
             def _reset(self, chunks: int) -> None:
                 self._stream_head()
@@ -353,6 +383,46 @@ def _repeat(h: Any, arg: str, release: threading.Event) -> None:
     h._text(REPEATED * int(arg or 30))
 
 
+def anthropic_start(h: Any) -> None:
+    """Headers, ``message_start`` and a ``ping``: how every Messages stream opens."""
+    h._stream_head()
+    message = {
+        "id": "msg_fake", "type": "message", "role": "assistant", "model": "claude-fake",
+        "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": 100, "output_tokens": 1},
+    }
+    h._event({"type": "message_start", "message": message})
+    h._event({"type": "ping"})
+
+
+def anthropic_text_block(h: Any, index: int, text: str) -> int:
+    """A text block, one delta per word; returns how many deltas it sent."""
+    h._event({"type": "content_block_start", "index": index,
+              "content_block": {"type": "text", "text": ""}})
+    words = re.findall(r"\S+\s*", text)
+    for word in words:
+        h._event({"type": "content_block_delta", "index": index,
+                  "delta": {"type": "text_delta", "text": word}})
+    h._event({"type": "content_block_stop", "index": index})
+    return len(words)
+
+
+def _anthropic(h: Any, arg: str, release: threading.Event) -> None:
+    anthropic_start(h)
+    h._event({"type": "content_block_start", "index": 0,
+              "content_block": {"type": "thinking", "thinking": "", "signature": ""}})
+    h._event({"type": "content_block_delta", "index": 0,
+              "delta": {"type": "thinking_delta", "thinking": "The user wants a greeting."}})
+    h._event({"type": "content_block_delta", "index": 0,
+              "delta": {"type": "signature_delta", "signature": "c2lnLWZha2U="}})
+    h._event({"type": "content_block_stop", "index": 0})
+    words = anthropic_text_block(h, 1, NORMAL_TEXT)
+    h._event({"type": "ping"})
+    h._event({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+              "usage": {"output_tokens": words + 6}})
+    h._event({"type": "message_stop"})
+
+
 RESPONDERS: dict[str, Callable[[Any, str, threading.Event], None]] = {
     "normal": _normal,
     "title": _title,
@@ -367,4 +437,5 @@ RESPONDERS: dict[str, Callable[[Any, str, threading.Event], None]] = {
     "noreason": _noreason,
     "stall": _stall,
     "repeat": _repeat,
+    "anthropic": _anthropic,
 }

@@ -172,6 +172,15 @@ def opencode_config(provider_url: str) -> dict[str, Any]:
                 "options": {"baseURL": provider_url, "apiKey": "sk-fake", **short},
                 "models": {"fake-model": models["fake-model"]},
             },
+            # OpenCode's Anthropic provider package on the fake's Messages API (issue 20):
+            # POST {baseURL}/messages, so the same /v1 base URL serves both.
+            "fakeanthropic": {
+                "npm": "@ai-sdk/anthropic",
+                "name": "Fake Anthropic",
+                "options": {"baseURL": provider_url, "apiKey": "sk-ant-fake"},
+                "models": {"claude-fake": {"name": "Claude Fake", "reasoning": True,
+                                           "limit": {"context": 200000, "output": 8192}}},
+            },
         },
     }
 
