@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from opencode_autoretry.models import ErrorInfo, Kind
 
 _ABORT_NAMES = frozenset({"MessageAbortedError", "AbortError"})
+#: The named errors of a hard usage limit (the model's quota, not a passing failure).
+_USAGE_LIMIT_NAMES = frozenset({"FreeUsageLimitError", "SubscriptionUsageLimitError"})
 
 _NAMED_KINDS: dict[str, tuple[Kind, str]] = {
     "ProviderAuthError": (Kind.TERMINAL, "the provider rejected the credentials"),
@@ -50,6 +52,8 @@ _TERMINAL_RULES = (
     ),
     _rule(Kind.TERMINAL, r"agent not found", "the requested agent does not exist"),
 )
+
+_USAGE_LIMIT_RULE = _TERMINAL_RULES[1]
 
 _RATE_LIMIT_RULE = _rule(
     Kind.RATE_LIMIT,
@@ -124,6 +128,18 @@ def classify_error(error: ErrorInfo) -> tuple[Kind, str]:
     if by_status is not None:
         return by_status
     return _classify_transient(error, text)
+
+
+def usage_limited(error: ErrorInfo) -> bool:
+    """The error is a hard usage limit (``classify_error`` calls it one): a named usage-limit
+    error, or the text of one not taken first by another hard stop."""
+    if error.name in _USAGE_LIMIT_NAMES:
+        return True
+    if error.name in _ABORT_NAMES or error.name in _NAMED_KINDS:
+        return False
+    text = _error_text(error)
+    first = next((rule for rule in _TERMINAL_RULES if rule.pattern.search(text)), None)
+    return first is _USAGE_LIMIT_RULE
 
 
 def _classify_status(error: ErrorInfo, text: str) -> tuple[Kind, str] | None:
