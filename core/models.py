@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from opencode_autoretry.causes import Cause, Facts, ModelSwitch, render_reason
+
 #: Key under a text part's ``metadata`` that marks a message autoretry injected.
 MARKER_KEY = "autoretry"
 #: The zero of OpenCode's epoch-ms times and of the reports' compact microsecond times.
@@ -300,6 +302,7 @@ class Verdict:
     error: ErrorInfo | None = None
     text: str | None = None  # a detector's own continuation text (e.g. naming the todos)
     give_up: str | None = None  # a detector's reason to stop for good: notify, exhaust the group
+    idle_s: float | None = None  # a hung subagent: how long it made no progress (issue 9)
 
     @property
     def group(self) -> BudgetGroup | None:
@@ -317,10 +320,13 @@ class Action(StrEnum):
 
 @dataclass(frozen=True)
 class Decision:
-    """What the decision core wants done; only the daemon's actions perform it."""
+    """What the decision core wants done; only the daemon's actions perform it.
+
+    ``cause`` and ``facts`` say why, typed; ``reason`` is rendered from them for people and
+    is never read back by code (``causes.py``)."""
 
     action: Action
-    reason: str
+    cause: Cause
     session_id: str
     turn_id: str | None
     kind: Kind | None = None
@@ -332,6 +338,7 @@ class Decision:
     limit: int = 0
     toast: str | None = None  # shown instead of the standard "continuing in 5 s" toast
     model: str | None = None  # "provider/model" to continue on (model fallback, issue 10)
+    facts: Facts = Facts()
     # The turn's ledger as this decision leaves it, when it changed: the daemon writes it in
     # the one transaction that records the decision and its continuation, so a crash between
     # them cannot leave a budget spent (and its failure "already handled") with nothing sent.
@@ -340,6 +347,23 @@ class Decision:
     @property
     def sends(self) -> bool:
         return self.action in (Action.INJECT, Action.INJECT_AT, Action.ABORT_THEN_INJECT)
+
+    @property
+    def reason(self) -> str:
+        """The one line people read; code reads ``cause`` and ``facts``."""
+        return render_reason(
+            str(self.action), self.cause, self.kind and str(self.kind),
+            self.group and str(self.group), self.used_before, self.used_after, self.limit,
+            self.facts,
+        )
+
+    @property
+    def switch(self) -> ModelSwitch | None:
+        return self.facts.switch
+
+    @property
+    def hung_seconds(self) -> float | None:
+        return self.facts.hung_seconds
 
 
 @dataclass(frozen=True)

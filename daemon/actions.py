@@ -19,10 +19,19 @@ from typing import Any, Protocol
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import OWNER_GRACE, Sessions
 from opencode_autoretry.decisions.budget import PendingRetry
-from opencode_autoretry.decisions.fallback import switch_of
 from opencode_autoretry.decisions.policy import INTERRUPTION_LABELS
 from opencode_autoretry.decisions.subagents import subagent_toast
-from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, Message, Session, Turn
+from opencode_autoretry.models import (
+    Action,
+    BudgetGroup,
+    Decision,
+    Kind,
+    Message,
+    Session,
+    Turn,
+    from_epoch_ms,
+    to_epoch_ms,
+)
 from opencode_autoretry.plugin_bridge.protocol import (
     Abort,
     Log,
@@ -74,6 +83,19 @@ class Outcome:
     reason: str
 
 
+@dataclass(frozen=True)
+class Performed:
+    """What ``Actions.perform`` did: the decision's id and the continuation it wrote, if any
+    (its intent; callers that send it at once need not look for it in the store)."""
+
+    decision_id: int
+    injection: InjectionRecord | None = None
+
+
+def _stored(at: datetime) -> datetime:
+    return from_epoch_ms(to_epoch_ms(at)) or at
+
+
 def label(kind: Kind | None) -> str:
     return _LABELS.get(kind, str(kind)) if kind is not None else "unknown"
 
@@ -85,9 +107,10 @@ def recovery_toast(decision: Decision, now: datetime) -> str:
     aborting = decision.action is Action.ABORT_THEN_INJECT
     verb = "stopping and continuing" if aborting else "continuing"
     count = f"({decision.used_after}/{decision.limit})"
-    switch = switch_of(decision.reason) if decision.model else None
+    switch = decision.switch if decision.model else None
     if switch is not None:
-        return f"autoretry: switched {switch[0]} → {switch[1]} — {verb} {when} {count}"
+        return (f"autoretry: switched {switch.from_model} → {switch.to_model} — {verb} {when} "
+                f"{count}")
     return f"autoretry: {label(decision.kind)} — {verb} {when} {count}"
 
 
@@ -148,8 +171,8 @@ class Actions:
 
     # -- decisions --------------------------------------------------------------------------
 
-    def perform(self, decision: Decision, now: datetime, message_id: str | None) -> int:
-        """Record the decision and carry it out; returns the decision id. The budget it spent,
+    def perform(self, decision: Decision, now: datetime, message_id: str | None) -> Performed:
+        """Record the decision and carry it out; returns what was written. The budget it spent,
         the decision and its continuation's intent are written in one transaction, before
         anything leaves: after a crash there is all of it (the intent goes out after the
         restart) or none (the failure is judged anew)."""
@@ -157,7 +180,8 @@ class Actions:
             if decision.ledger is not None:
                 self.store.save_ledger(decision.ledger, now)
             decision_id = self.store.record_decision(decision, now, message_id)
-            injection_id = self._record_intent(decision_id, decision, now)
+            injection = self._record_intent(decision_id, decision, now)
+        injection_id = injection.id if injection is not None else None
         log.info("decision %s %s: %s", decision_id, decision.session_id, decision.reason)
         if decision.action is Action.NOTIFY:
             self.notify(decision.session_id, decision.text or decision.reason, "warning")
@@ -170,7 +194,7 @@ class Actions:
                 listener(decision, decision_id, now)
             except Exception:  # telling the user must never stop the recovery
                 log.exception("decision listener failed")
-        return decision_id
+        return Performed(decision_id, injection)
 
     def abort_subagent(self, decision: Decision, now: datetime) -> bool:
         """Stop a hung child session (issue 9) and tell the parent's window. Only an abort:
@@ -189,12 +213,20 @@ class Actions:
                     "warning")
         return sent
 
-    def _record_intent(self, decision_id: int, decision: Decision, now: datetime) -> int | None:
+    def _record_intent(
+        self, decision_id: int, decision: Decision, now: datetime
+    ) -> InjectionRecord | None:
         if not decision.sends:
             return None
-        return self.store.record_intent(
-            decision_id, decision.session_id, decision.turn_id, decision.text or "Continue.",
-            decision.due or now, now,
+        text, due = decision.text or "Continue.", decision.due or now
+        injection_id = self.store.record_intent(
+            decision_id, decision.session_id, decision.turn_id, text, due, now,
+        )
+        return InjectionRecord(  # as the store holds it (its times in whole milliseconds)
+            id=injection_id, decision_id=decision_id, session_id=decision.session_id,
+            turn_id=decision.turn_id, text=text, due=_stored(due), state="intent",
+            created=_stored(now),
+            sent_at=None, confirmed_at=None, message_id=None, error=None,
         )
 
     def _start_injection(

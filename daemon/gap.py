@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.daemon.sessions import (
     ABORT_GRACE_S,
     OWNER_GRACE,
@@ -53,7 +54,10 @@ LOOKBACK = timedelta(seconds=120)
 #: (a machine that was off for a night does not wake up continuing yesterday's turns).
 MAX_AGE = timedelta(minutes=15)
 #: Skips whose reason can have passed by the end of a gap: the turn is judged again.
-TRANSIENT_SKIPS = ("no live owner", "session is busy", "retrying itself", "waiting on")
+TRANSIENT_SKIPS = frozenset({
+    Cause.NO_OWNER, Cause.ORPHAN, Cause.BUSY, Cause.OPENCODE_RETRYING,
+    Cause.WAITING_PERMISSION, Cause.WAITING_QUESTION, Cause.WAITING_CHILD,
+})
 
 
 class GapReader(Protocol):
@@ -256,8 +260,7 @@ class GapReview:
 
 def _transient(decision: DecisionRecord) -> bool:
     """A skip for a reason that can have passed since (the turn may be judged again)."""
-    return decision.action == str(Action.SKIP) and any(
-        reason in decision.reason for reason in TRANSIENT_SKIPS)
+    return decision.action == str(Action.SKIP) and decision.cause in TRANSIENT_SKIPS
 
 
 def _parse_time(raw: object) -> datetime | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
+from opencode_autoretry.causes import Cause, Facts, skip_words
 from opencode_autoretry.daemon.sessions import with_error
 from opencode_autoretry.decisions.budget import DecisionContext, PendingRetry, decide, new_ledger
 from opencode_autoretry.decisions.classifier import classify
@@ -33,8 +34,8 @@ from opencode_autoretry.models import (
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import Store
 
-NO_OWNER = "skip: no live owner (recorded, never injected)"
-HEADLESS = "skip: headless run, recovered by autoretry exec"
+#: What a skip of a headless run reads as (code reads ``Cause.HEADLESS``).
+HEADLESS = f"{Action.SKIP}: {skip_words(Cause.HEADLESS)}"
 #: (child session, its turn, enabled) -> (ledger key, enabled): a hung subagent is counted per
 #: parent turn and follows the parent's switch (issue 9, ``SubagentStalls.scope``).
 Scope = Callable[[Session | None, Turn, bool], tuple[str, bool]]
@@ -116,8 +117,9 @@ class Judge:
         session = db.session(session_id) if db is not None else None
         is_child = None if session is None else session.parent_id is not None
         if is_child is False and owner in (Owner.NONE, Owner.HEADLESS) and verdict.retryable:
-            reason = HEADLESS if owner is Owner.HEADLESS else NO_OWNER
-            return Decision(Action.SKIP, reason, session_id, turn.id, verdict.kind, verdict.group)
+            cause = Cause.HEADLESS if owner is Owner.HEADLESS else Cause.NO_OWNER
+            return Decision(Action.SKIP, cause, session_id, turn.id, verdict.kind, verdict.group,
+                            facts=Facts(detail=verdict.reason))
         key, enabled = turn.id, self._enabled and self._store.is_enabled(session_id)
         if verdict.kind is Kind.SUBAGENT_STALL and self._scope is not None:
             key, enabled = self._scope(session, turn, enabled)  # counted per parent turn

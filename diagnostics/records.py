@@ -6,11 +6,11 @@ testable with literal records and makes "no store yet" simply empty.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.models import Message
 from opencode_autoretry.notifications.records import NotificationRecord, notifications
 from opencode_autoretry.store.database import (
@@ -21,8 +21,8 @@ from opencode_autoretry.store.database import (
     TrimRecord,
 )
 
-#: The daemon's reason text when it declined to act because no process owns the session.
-NO_OWNER = re.compile(r"\bno (?:live )?owner\b", re.IGNORECASE)
+#: The daemon declined to act because no process owns the session.
+NO_OWNER = frozenset({Cause.NO_OWNER, Cause.ORPHAN})
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class DaemonRecords:
 
     def ownerless_sessions(self) -> list[str]:
         """Sessions the daemon could not act on because no live process owned them."""
-        seen = dict.fromkeys(d.session_id for d in self.decisions if NO_OWNER.search(d.reason))
+        seen = dict.fromkeys(d.session_id for d in self.decisions if d.cause in NO_OWNER)
         return list(seen)
 
 

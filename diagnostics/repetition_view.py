@@ -8,11 +8,11 @@ recorded with it. ``diagnose``, ``trace`` and ``timeline`` share these helpers.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from opencode_autoretry.causes import NOTIFY_CAUSES, Cause
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import Style, excerpt, iso, short_id
 from opencode_autoretry.models import Kind, Message, Part, PartType, Role
@@ -21,10 +21,9 @@ from opencode_autoretry.store.database import DecisionRecord, InjectionRecord, T
 
 REPETITION = str(Kind.REPETITION)
 SEND_ACTIONS = ("abort_then_inject", "inject", "inject_at")
-#: The detector's own words inside the decision's reason:
-#: ``<action>: repetition (<detector reason>); <budget or why>`` — the detector reason ends
-#: with the quoted sample, ``(...'sample')``.
-_DETECTOR_REASON = re.compile(r"^\w+: repetition \((?P<reason>.*?['\"]\))\); ", re.DOTALL)
+#: Decisions whose reason names the detector's own words (``Facts.detail``):
+#: ``<action>: repetition (<detector reason>); <budget or why>``.
+_NAMES_DETECTOR = frozenset({Cause.RETRY, Cause.MODEL_SWITCH, *NOTIFY_CAUSES})
 LOOP_MARK = "⟲"
 
 
@@ -43,8 +42,9 @@ class RepetitionStop:
 
     @property
     def detector_reason(self) -> str:
-        found = _DETECTOR_REASON.match(self.decision.reason)
-        return found.group("reason") if found else self.decision.reason
+        detail = self.decision.facts.detail
+        named = detail is not None and self.decision.cause in _NAMES_DETECTOR
+        return detail if detail is not None and named else self.decision.reason
 
 
 @dataclass(frozen=True)

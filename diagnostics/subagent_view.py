@@ -20,7 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from opencode_autoretry.decisions.subagents import hung_seconds
+from opencode_autoretry.decisions.subagents import whole_seconds
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import Style, iso, short_id
 from opencode_autoretry.models import Kind, Role, to_epoch_ms
@@ -81,7 +81,7 @@ def subagent_aborts(
 
 
 def _with_outcome(db: OpenCodeDB, decision: DecisionRecord, parent_id: str | None) -> SubagentAbort:
-    hung = hung_seconds(decision.reason)
+    hung = whole_seconds(decision.facts.hung_seconds)
     if parent_id is None:
         return SubagentAbort(decision, None, hung, "pending", "… parent unknown")
     later = db.session_messages(parent_id, since_ms=to_epoch_ms(decision.at))

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.daemon.actions import continuation_target, recovery_toast
 from opencode_autoretry.daemon.sessions import (
     Sessions,
@@ -146,8 +147,9 @@ def test_settled_live_facts_ignore_a_stale_busy():
 
 
 def decision(action: Action, kind: Kind, due_s: float, used: int, limit: int) -> Decision:
-    return Decision(action, "r", "ses_a", "msg_u", kind=kind, due=NOW + timedelta(seconds=due_s),
-                    used_after=used, limit=limit)
+    return Decision(action, Cause.RETRY, "ses_a", "msg_u", kind=kind,
+                    due=NOW + timedelta(seconds=due_s), used_after=used, limit=limit,
+                    facts=Facts(note="r"))
 
 
 @pytest.mark.parametrize(

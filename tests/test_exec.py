@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import FakeClock, Harness, disconnect  # noqa: E402
 from opencode_rows import OpenCodeRows, api_error, tokens  # noqa: E402
 
+from opencode_autoretry.causes import Cause, Facts  # noqa: E402
 from opencode_autoretry.daemon.headless.run import (  # noqa: E402
     ENV_MARKER,
     ENV_SESSION,
@@ -296,7 +297,8 @@ def test_the_daemon_never_sends_an_intent_of_exec_even_after_its_bridge_closed(t
     h.chat(sid, turn)
     h.closed()
     # exec, in its own process, records an intent due at once and waits a moment to send it
-    decision = Decision(Action.INJECT, "inject: blank", sid, turn, Kind.BLANK, text="Continue.")
+    decision = Decision(Action.INJECT, Cause.RETRY, sid, turn, Kind.BLANK, text="Continue.",
+                        facts=Facts(note="inject: blank"))
     decision_id = h.store.record_decision(decision, h.clock.now())
     h.store.record_intent(decision_id, sid, turn, "Continue.", h.clock.now(), h.clock.now())
     h.advance(200)  # past the owner grace of a restart

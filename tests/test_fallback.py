@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import Harness  # noqa: E402
 from opencode_rows import api_error  # noqa: E402
 
+from opencode_autoretry.causes import Cause  # noqa: E402
 from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger  # noqa: E402
 from opencode_autoretry.decisions.classifier import classify  # noqa: E402
 from opencode_autoretry.decisions.fallback import (  # noqa: E402
@@ -23,7 +24,6 @@ from opencode_autoretry.decisions.fallback import (  # noqa: E402
     check_models,
     load_fallback,
     revise,
-    switch_of,
 )
 from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
 from opencode_autoretry.models import (  # noqa: E402
@@ -73,9 +73,11 @@ def test_a_model_bound_terminal_error_switches_to_the_next_model(error, cause):
     assert decision.action is Action.INJECT and decision.model == "fake/fake-b"
     assert f"{cause} on fake/fake-model: switched fake/fake-model → fake/fake-b" in decision.reason
     assert (decision.used_after, decision.limit) == (1, 2)
-    assert switch_of(decision.reason) == ("fake/fake-model", "fake/fake-b")
+    assert decision.switch is not None
+    assert (decision.switch.from_model, decision.switch.to_model) == (
+        "fake/fake-model", "fake/fake-b")
     assert "msg_1" in ledger.handled
-    again = revise(replace(decision, action=Action.SKIP, reason="skip: error is not retryable"),
+    again = revise(replace(decision, action=Action.SKIP, cause=Cause.NOT_RETRYABLE),
                    ledger, verdict, turn(step("msg_1", error=error)), ROOT, CHAINS, POLICY, NOW)
     assert again[0].action is Action.SKIP and "already handled" in again[0].reason
 

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger
 from opencode_autoretry.decisions.policy import load_policy
 from opencode_autoretry.models import Action, Decision, Kind, Verdict
@@ -24,8 +25,9 @@ NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 
 def notify_decision(kind: Kind) -> Decision:
-    return Decision(Action.NOTIFY, "notify: …", "ses_a", "msg_u", kind=kind, used_after=2,
-                    limit=2, text="autoretry: retried 2 times, still failing (blank)")
+    return Decision(Action.NOTIFY, Cause.BUDGET_SPENT, "ses_a", "msg_u", kind=kind, used_after=2,
+                    limit=2, text="autoretry: retried 2 times, still failing (blank)",
+                    facts=Facts(note="notify: …"))
 
 
 @pytest.mark.parametrize("kind, event", [
@@ -61,7 +63,7 @@ def test_terminal_is_silent_when_off_or_in_a_child():
 
 @pytest.mark.parametrize("action", [Action.SKIP, Action.INJECT, Action.INJECT_AT])
 def test_other_decisions_raise_nothing(action):
-    decision = Decision(action, "skip: user aborted this turn", "ses_a", "t", kind=Kind.BLANK)
+    decision = Decision(action, Cause.USER_ABORT, "ses_a", "t", kind=Kind.BLANK)
     assert event_for(decision, is_child=False) is None
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.cli.main import main
 from opencode_autoretry.daemon.control import local_time
 from opencode_autoretry.models import Action, Decision, Kind
@@ -33,8 +34,9 @@ def seeded_home(home: Path) -> None:
     store = Store.open(home / "autoretry.db")
     try:
         store.beat(datetime.now(tz=UTC), 321, {"started": STARTED.isoformat()})
-        decision = Decision(Action.INJECT_AT, "stream cut", "ses_a", "msg_1",
-                            kind=Kind.DISCONNECT, due=T0 + timedelta(seconds=5))
+        decision = Decision(Action.INJECT_AT, Cause.RETRY, "ses_a", "msg_1",
+                            kind=Kind.DISCONNECT, due=T0 + timedelta(seconds=5),
+                            facts=Facts(note="stream cut"))
         did = store.record_decision(decision, T0)
         store.record_intent(did, "ses_a", "msg_1", "Continue.", decision.due, T0)
     finally:

@@ -3,6 +3,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, TurnLedger
 from opencode_autoretry.store.database import Store, StoreError, StoreView
 
@@ -18,7 +19,8 @@ def store(tmp_path):
 
 def decision(action=Action.INJECT_AT, session="ses_a", turn="msg_1"):
     return Decision(
-        action=action, reason="connection reset", session_id=session, turn_id=turn,
+        action=action, cause=Cause.RETRY, facts=Facts(note="connection reset"),
+        session_id=session, turn_id=turn,
         kind=Kind.DISCONNECT, group=BudgetGroup.DISCONNECT, text="Continue.",
         due=T0 + timedelta(seconds=5), used_before=0, used_after=1, limit=2,
     )

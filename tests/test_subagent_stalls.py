@@ -18,9 +18,9 @@ from opencode_autoretry.decisions.budget import DecisionContext, decide, new_led
 from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
 from opencode_autoretry.decisions.subagents import (  # noqa: E402
     OFF_REASON,
-    hung_seconds,
     subagent_stall_verdict,
     subagent_toast,
+    whole_seconds,
 )
 from opencode_autoretry.models import Action, Kind, LiveFacts  # noqa: E402
 from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
@@ -40,7 +40,7 @@ def test_a_hung_child_is_aborted_once_and_never_sent_anything():
     assert decision.action is Action.ABORT and not decision.sends
     assert decision.kind is Kind.SUBAGENT_STALL and decision.text is None
     assert decision.turn_id == "msg_parent_turn" and decision.limit == 1
-    assert hung_seconds(decision.reason) == 182
+    assert whole_seconds(decision.hung_seconds) == 182
     assert ledger.handled == {"msg_child_step"} and ledger.first_failure == NOW
     again, same = decided(ledger)
     assert again.action is Action.SKIP and "already aborted once" in again.reason
@@ -71,7 +71,7 @@ def test_the_toast_says_how_long_it_hung():
         "autoretry: a subagent hung after 182 s with no progress — stopped it so this "
         "session can go on"
     )
-    assert hung_seconds("skip: something else") is None
+    assert whole_seconds(None) is None
 
 
 # -- the [stall] table ----------------------------------------------------------------------
@@ -135,7 +135,7 @@ def test_a_hung_child_is_aborted_and_the_parent_is_told(tmp_path):
     assert abort.session_id == child
     [decision] = h.store.decisions(child)
     assert (decision.kind, decision.action, decision.turn_id) == ("subagent_stall", "abort", turn)
-    assert hung_seconds(decision.reason) == int(h.settings.stall_timeout + 1)
+    assert whole_seconds(decision.facts.hung_seconds) == int(h.settings.stall_timeout + 1)
     assert any("a subagent hung" in t for t in h.toasts())
     assert h.store.decisions(root) == []
     # The abort's error and idles are ours: nothing more, and never a prompt to anyone.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.decisions.policy import (
     INTERRUPTION_GROUPS,
     INTERRUPTION_LABELS,
@@ -46,10 +47,10 @@ from opencode_autoretry.models import (
 ABORT_KINDS = frozenset({Kind.RUNAWAY, Kind.STALL, Kind.REPETITION})
 
 _NEVER_SENDS = {
-    Kind.HEALTHY: "turn finished normally",
-    Kind.RUNNING: "turn is still running",
-    Kind.TERMINAL: "error is not retryable",
-    Kind.ORPHAN: "no live owner for this turn",
+    Kind.HEALTHY: Cause.HEALTHY,
+    Kind.RUNNING: Cause.RUNNING,
+    Kind.TERMINAL: Cause.NOT_RETRYABLE,
+    Kind.ORPHAN: Cause.ORPHAN,
 }
 
 
@@ -182,46 +183,61 @@ def should_cancel_pending(pending: PendingRetry | None, event: PendingEvent) -> 
 # --- gates ---------------------------------------------------------------------------------
 
 
-def _gate(ledger: TurnLedger, verdict: Verdict, context: DecisionContext) -> str | None:
-    """The reason not to send anything for this verdict, or None when budgets decide."""
+@dataclass(frozen=True)
+class _Refusal:
+    """Why nothing is sent, and the facts the reason names."""
+
+    cause: Cause
+    facts: Facts = Facts()
+
+
+def _gate(ledger: TurnLedger, verdict: Verdict, context: DecisionContext) -> _Refusal | None:
+    """Why not to send anything for this verdict, or None when budgets decide."""
     if not context.enabled:
-        return "autoretry is off"
+        return _Refusal(Cause.OFF)
     if context.is_child is None:
-        return "session parent unknown (fail-closed)"
+        return _Refusal(Cause.PARENT_UNKNOWN)
     if context.is_child:
-        return "child session (its parent decides)"
+        return _Refusal(Cause.CHILD_SESSION)
     if ledger.user_aborted:
-        return "user aborted this turn"
+        return _Refusal(Cause.USER_ABORT)
     if verdict.kind in _NEVER_SENDS:
-        return _NEVER_SENDS[verdict.kind]
+        return _Refusal(_NEVER_SENDS[verdict.kind])
     if verdict.group is None:
-        return f"{verdict.kind} is not retried ({verdict.reason})"
-    return _live_gate(verdict, context.live) or _pending_gate(ledger, verdict, context)
+        return _Refusal(Cause.NOT_RETRIED)
+    live = live_refusal(context.live)
+    if live is None and context.live.busy and verdict.kind not in ABORT_KINDS:
+        live = Cause.BUSY
+    if live is not None:
+        return _Refusal(live)
+    return _pending_gate(ledger, verdict, context)
 
 
-def _live_gate(verdict: Verdict, live: LiveFacts) -> str | None:
+def live_refusal(live: LiveFacts) -> Cause | None:
+    """The user (or OpenCode itself) has the session: a permission or question to answer,
+    a busy subagent, OpenCode's own retries."""
     if live.permission_pending:
-        return "waiting on a permission answer"
+        return Cause.WAITING_PERMISSION
     if live.question_pending:
-        return "waiting on a question answer"
+        return Cause.WAITING_QUESTION
     if live.child_busy:
-        return "waiting on a busy subagent"
+        return Cause.WAITING_CHILD
     if live.retrying:
-        return "OpenCode is retrying itself; waiting for its final error"
-    if live.busy and verdict.kind not in ABORT_KINDS:
-        return "session is busy"
+        return Cause.OPENCODE_RETRYING
     return None
 
 
-def _pending_gate(ledger: TurnLedger, verdict: Verdict, context: DecisionContext) -> str | None:
+def _pending_gate(
+    ledger: TurnLedger, verdict: Verdict, context: DecisionContext
+) -> _Refusal | None:
     if verdict.message_id is not None and verdict.message_id in ledger.handled:
-        return f"failure {verdict.message_id} already handled"
+        return _Refusal(Cause.ALREADY_HANDLED, Facts(failure_id=verdict.message_id))
     pending = context.pending
     if pending is None or pending.turn_id != ledger.turn_id:
         return None
     if pending.message_id == verdict.message_id:
-        return f"retry already scheduled for this failure (due {pending.due.isoformat()})"
-    return f"a retry is already pending for this turn (due {pending.due.isoformat()})"
+        return _Refusal(Cause.ALREADY_SCHEDULED, Facts(pending_due=pending.due))
+    return _Refusal(Cause.ALREADY_PENDING, Facts(pending_due=pending.due))
 
 
 # --- budgets -------------------------------------------------------------------------------
@@ -262,14 +278,14 @@ def _attempt(ledger: TurnLedger, group: BudgetGroup) -> int:
 
 def _past_deadline(
     ledger: TurnLedger, budget: GroupBudget, now: datetime, due: datetime
-) -> str | None:
+) -> Cause | None:
     if budget.deadline is None or ledger.first_failure is None:
         return None
     end = ledger.first_failure + timedelta(seconds=budget.deadline)
     if now >= end:
-        return f"deadline of {budget.deadline:g} s since the first failure has passed"
+        return Cause.DEADLINE_PASSED
     if due > end:
-        return f"the next retry would fall past the {budget.deadline:g} s deadline"
+        return Cause.DEADLINE_TOO_LATE
     return None
 
 
@@ -293,25 +309,28 @@ def _action_for(kind: Kind, delay: timedelta) -> Action:
     return Action.INJECT if delay <= timedelta(0) else Action.INJECT_AT
 
 
-def _skip(ledger: TurnLedger, verdict: Verdict, reason: str) -> Decision:
+def _skip(ledger: TurnLedger, verdict: Verdict, refusal: _Refusal) -> Decision:
     return Decision(
         action=Action.SKIP,
-        reason=f"skip: {reason}",
+        cause=refusal.cause,
         session_id=ledger.session_id,
         turn_id=ledger.turn_id,
         kind=verdict.kind,
         group=verdict.group,
+        facts=replace(refusal.facts, detail=verdict.reason),
     )
 
 
 def _exhaust(
-    ledger: TurnLedger, verdict: Verdict, count: _Count, why: str, policy: Policy
+    ledger: TurnLedger, verdict: Verdict, count: _Count, why: Cause, policy: Policy,
+    facts: Facts | None = None,
 ) -> tuple[Decision, TurnLedger]:
     group = verdict.group
     text = fill(policy.text("exhausted"), used=count.used, group=count.label, kind=verdict.kind)
     decision = Decision(
         action=Action.NOTIFY,
-        reason=f"notify: {verdict.kind} ({verdict.reason}); {why}; waiting for a real user message",
+        cause=why,
+        facts=replace(facts or Facts(), detail=verdict.reason, budget_label=count.label),
         session_id=ledger.session_id,
         turn_id=ledger.turn_id,
         kind=verdict.kind,
@@ -337,24 +356,23 @@ def _spend(
     budget = policy.budget_for(group, context.provider_id)
     count = _binding_count(ledger, group, policy, context.provider_id)
     if count.used >= count.limit:
-        why = f"retried {count.used} of {count.limit} times ({count.label})"
-        return _exhaust(ledger, verdict, count, why, policy)
+        return _exhaust(ledger, verdict, count, Cause.BUDGET_SPENT, policy)
     if verdict.give_up:  # e.g. todos that two continuations in a row did not move
-        return _exhaust(ledger, verdict, count, verdict.give_up, policy)
+        return _exhaust(ledger, verdict, count, Cause.GAVE_UP, policy,
+                        Facts(give_up=verdict.give_up))
     attempt = _attempt(ledger, group)
     delay = retry_delay(budget, attempt, verdict.retry_after_ms, rand)
     ledger = ledger if ledger.first_failure else replace(ledger, first_failure=now)
     late = _past_deadline(ledger, budget, now, now + delay)
     if late is not None:  # a deadline is the group's own: it closes only that group
         own = replace(count, groups=frozenset({group}), label=group.value)
-        return _exhaust(ledger, verdict, own, late, policy)
+        return _exhaust(ledger, verdict, own, late, policy, Facts(deadline_s=budget.deadline))
     action = _action_for(verdict.kind, delay)
     decision = Decision(
         action=action,
-        reason=(
-            f"{action}: {verdict.kind} ({verdict.reason}); {count.label} "
-            f"{count.used + 1}/{count.limit}, in {delay.total_seconds():g} s"
-        ),
+        cause=Cause.RETRY,
+        facts=Facts(detail=verdict.reason, budget_label=count.label,
+                    delay_s=delay.total_seconds()),
         session_id=ledger.session_id,
         turn_id=ledger.turn_id,
         kind=verdict.kind,
@@ -396,12 +414,12 @@ def decide(
             is_child=context.is_child, live=context.live, now=now,
         )
     if verdict.kind is Kind.USER_ABORT:
-        return _skip(ledger, verdict, "user aborted this turn"), replace(ledger, user_aborted=True)
-    reason = _gate(ledger, verdict, context)
-    if reason is not None:
-        return _skip(ledger, verdict, reason), ledger
+        aborted = _Refusal(Cause.USER_ABORT)
+        return _skip(ledger, verdict, aborted), replace(ledger, user_aborted=True)
+    refusal = _gate(ledger, verdict, context)
+    if refusal is not None:
+        return _skip(ledger, verdict, refusal), ledger
     group = verdict.group
     if group is not None and group in ledger.exhausted:
-        why = f"{group} budget exhausted; waiting for a real user message"
-        return _skip(ledger, verdict, why), ledger
+        return _skip(ledger, verdict, _Refusal(Cause.GROUP_EXHAUSTED)), ledger
     return _spend(ledger, verdict, context, policy, now, rand)

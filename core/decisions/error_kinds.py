@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from opencode_autoretry.models import ErrorInfo, Kind
 
 ABORT_NAMES = frozenset({"MessageAbortedError", "AbortError"})
+#: The named errors of a hard usage limit (the model's quota, not a passing failure).
+_USAGE_LIMIT_NAMES = frozenset({"FreeUsageLimitError", "SubscriptionUsageLimitError"})
+_OVERFLOW_NAMES = frozenset({"ContextOverflowError"})
 
 _NAMED_KINDS: dict[str, tuple[Kind, str]] = {
     "ProviderAuthError": (Kind.TERMINAL, "the provider rejected the credentials"),
@@ -50,6 +53,8 @@ _TERMINAL_RULES = (
     ),
     _rule(Kind.TERMINAL, r"agent not found", "the requested agent does not exist"),
 )
+
+_OVERFLOW_RULE, _USAGE_LIMIT_RULE = _TERMINAL_RULES[0], _TERMINAL_RULES[1]
 
 _RATE_LIMIT_RULE = _rule(
     Kind.RATE_LIMIT,
@@ -124,6 +129,29 @@ def classify_error(error: ErrorInfo) -> tuple[Kind, str]:
     if by_status is not None:
         return by_status
     return _classify_transient(error, text)
+
+
+def usage_limited(error: ErrorInfo) -> bool:
+    """The error is a hard usage limit (``classify_error`` calls it one): a named usage-limit
+    error, or the text of one not taken first by another hard stop."""
+    return _hard_stop_is(error, _USAGE_LIMIT_NAMES, _USAGE_LIMIT_RULE)
+
+
+def context_overflowed(error: ErrorInfo) -> bool:
+    """The error is a context overflow (``classify_error`` calls it one), named or in words."""
+    return _hard_stop_is(error, _OVERFLOW_NAMES, _OVERFLOW_RULE)
+
+
+def _hard_stop_is(error: ErrorInfo, names: frozenset[str], rule: _Rule) -> bool:
+    """Which hard stop ``classify_error`` found, by the error's name or its first matching
+    rule (typed, so callers never read the reason it renders)."""
+    if error.name in names:
+        return True
+    if error.name in ABORT_NAMES or error.name in _NAMED_KINDS:
+        return False
+    text = _error_text(error)
+    first = next((r for r in _TERMINAL_RULES if r.pattern.search(text)), None)
+    return first is rule
 
 
 def _classify_status(error: ErrorInfo, text: str) -> tuple[Kind, str] | None:

@@ -23,7 +23,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from opencode_autoretry.decisions.budget import DecisionContext
+from opencode_autoretry.causes import Cause, Facts, ModelSwitch
+from opencode_autoretry.decisions.budget import DecisionContext, live_refusal
+from opencode_autoretry.decisions.error_kinds import usage_limited
 from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS, Policy, fill
 from opencode_autoretry.models import (
     Action,
@@ -34,13 +36,11 @@ from opencode_autoretry.models import (
     TurnLedger,
     Verdict,
 )
-from opencode_autoretry.notifications.events import TERMINAL_SKIP_REASON
 
 WILDCARD = "*"
 #: Transient groups whose exhaustion means "this model, now, is not going to work".
 MODEL_BOUND_GROUPS: frozenset[BudgetGroup] = INTERRUPTION_GROUPS - {BudgetGroup.UNKNOWN}
 _MODEL = re.compile(r"^[^/\s]+/\S+$")
-_SWITCH = re.compile(r"switched (\S+) → (\S+)")
 
 
 class FallbackError(ValueError):
@@ -134,12 +134,12 @@ def bound_cause(decision: Decision, verdict: Verdict) -> str | None:
     """Why the failure can only repeat on this model, or None."""
     if decision.action is Action.NOTIFY and decision.group in MODEL_BOUND_GROUPS:
         return f"{decision.group} budget exhausted"
-    if decision.action is not Action.SKIP or decision.reason != TERMINAL_SKIP_REASON:
+    if decision.action is not Action.SKIP or decision.cause is not Cause.NOT_RETRYABLE:
         return None
     error = verdict.error
     if error is not None and (error.name == "ProviderAuthError" or error.status_code in (401, 403)):
         return "auth failure"
-    if "usage limit" in verdict.reason:
+    if error is not None and usage_limited(error):
         return "usage limit"
     return None
 
@@ -157,12 +157,13 @@ def revise(
     cause = bound_cause(decision, verdict)
     if cause is None or context.is_child is not False or not context.enabled:
         return decision, ledger
-    live = context.live
-    if live.permission_pending or live.question_pending or live.child_busy:
+    if live_refusal(context.live) in (
+            Cause.WAITING_PERMISSION, Cause.WAITING_QUESTION, Cause.WAITING_CHILD):
         return decision, ledger
     if verdict.message_id is not None and verdict.message_id in ledger.handled:
-        reason = f"skip: failure {verdict.message_id} already handled (model switched)"
-        return replace(decision, action=Action.SKIP, reason=reason), ledger
+        facts = replace(decision.facts, failure_id=verdict.message_id)
+        return replace(decision, action=Action.SKIP, cause=Cause.ALREADY_SWITCHED,
+                       facts=facts), ledger
     tried = _tried(turn)
     chain = chains.chain_for(tried[0] if tried else None)
     current = model_of(turn.last_step) or (tried[0] if tried else "?")
@@ -179,8 +180,8 @@ def revise(
     label = f"{cause} on {current}"
     switched = Decision(
         action=Action.INJECT,
-        reason=(f"inject: {verdict.kind} ({verdict.reason}); {label}: switched {current} → "
-                f"{target} (fallback {index}/{len(chain)})"),
+        cause=Cause.MODEL_SWITCH,
+        facts=Facts(detail=verdict.reason, switch=ModelSwitch(current, target, cause)),
         session_id=decision.session_id, turn_id=decision.turn_id, kind=verdict.kind,
         group=verdict.group, text=fill(policy.text("interruption"), reason=label), due=now,
         used_before=index - 1, used_after=index, limit=len(chain), model=target,
@@ -190,18 +191,16 @@ def revise(
 
 def _used_up(decision: Decision, verdict: Verdict, tried: list[str], chain: tuple[str, ...],
              policy: Policy) -> Decision:
-    path = " → ".join(tried)
+    used_up = replace(decision.facts, detail=verdict.reason, tried=tuple(tried))
     if decision.action is Action.NOTIFY:
-        return replace(decision, reason=f"{decision.reason}; fallback chain used up ({path})")
+        return replace(decision, facts=used_up)
     if len(tried) < 2:
         return decision  # never switched: a plain terminal error
     text = fill(policy.text("exhausted"), used=len(tried) - 1, group="fallback models",
                 kind=verdict.kind)
     return replace(
         decision, action=Action.NOTIFY, text=text, used_before=len(chain), used_after=len(chain),
-        limit=len(chain),
-        reason=f"notify: {verdict.kind} ({verdict.reason}); fallback chain used up ({path}); "
-               "waiting for a real user message",
+        limit=len(chain), cause=Cause.FALLBACK_USED_UP, facts=used_up,
     )
 
 
@@ -210,12 +209,6 @@ def _fresh_transient_budget(ledger: TurnLedger, message_id: str | None) -> TurnL
     handled = ledger.handled | {message_id} if message_id else ledger.handled
     return replace(ledger, used=used, exhausted=ledger.exhausted - INTERRUPTION_GROUPS,
                    handled=handled, first_failure=None)
-
-
-def switch_of(decision_reason: str) -> tuple[str, str] | None:
-    """(from, to) of a switch decision's reason, for toasts and reports."""
-    found = _SWITCH.search(decision_reason)
-    return (found[1], found[2]) if found else None
 
 
 def opencode_config_files(environ: Mapping[str, str], config_dir: Path) -> list[Path]:

@@ -18,57 +18,55 @@ decision core (``budget.decide``) with what it needs.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from datetime import datetime
 
+from opencode_autoretry.causes import Cause, Facts, skip_words
 from opencode_autoretry.models import Action, Decision, Kind, LiveFacts, TurnLedger, Verdict
 
-#: ``hung 182 s``: the words the decision's reason uses, read back by the reports.
-_HUNG = re.compile(r"\bhung (\d+) s\b")
-OFF_REASON = "hung subagents are left alone ([stall] subagents = false)"
+#: What a skip says when ``[stall] subagents = false`` leaves a hung child alone.
+OFF_REASON = skip_words(Cause.SUBAGENTS_OFF)
 
 
 def subagent_stall_verdict(idle_s: float, message_id: str | None) -> Verdict:
     """The stall detector's verdict for a child session (not retryable: nothing is sent)."""
     return Verdict(Kind.SUBAGENT_STALL, False, f"hung {idle_s:.0f} s with no progress",
-                   message_id=message_id)
+                   message_id=message_id, idle_s=idle_s)
 
 
-def hung_seconds(reason: str) -> int | None:
-    """How long the subagent had hung, from a decision's reason (None if it does not say)."""
-    found = _HUNG.search(reason)
-    return int(found.group(1)) if found else None
+def whole_seconds(seconds: float | None) -> int | None:
+    """A hang as people read it (``hung 182 s``): rounded as the reason shows it."""
+    return None if seconds is None else int(f"{seconds:.0f}")
 
 
-def _live_reason(live: LiveFacts) -> str | None:
+def _live_refusal(live: LiveFacts) -> Cause | None:
     if live.permission_pending:
-        return "waiting on a permission answer"
+        return Cause.WAITING_PERMISSION
     if live.question_pending:
-        return "waiting on a question answer"
+        return Cause.WAITING_QUESTION
     if live.child_busy:
-        return "waiting on a busy subagent of its own"
+        return Cause.WAITING_CHILD  # a busy subagent of its own
     return None
 
 
 def _refusal(
     ledger: TurnLedger, *, enabled: bool, subagents: bool, is_child: bool | None,
     live: LiveFacts,
-) -> str | None:
+) -> Cause | None:
     """Why this hung child must be left alone, or None to abort it."""
     if not enabled:
-        return "autoretry is off"
+        return Cause.OFF
     if not subagents:
-        return OFF_REASON
+        return Cause.SUBAGENTS_OFF
     if is_child is None:
-        return "session parent unknown (fail-closed)"
+        return Cause.PARENT_UNKNOWN
     if not is_child:
-        return "not a child session (a root stall is continued instead)"
-    reason = _live_reason(live)
-    if reason is not None:
-        return reason
+        return Cause.NOT_A_CHILD
+    waiting = _live_refusal(live)
+    if waiting is not None:
+        return waiting
     if ledger.handled:
-        return "this subagent was already aborted once in its parent's turn"
+        return Cause.ALREADY_ABORTED
     return None
 
 
@@ -87,15 +85,15 @@ def decide_subagent_stall(
     ``ledger`` is the child's ledger for its parent's current turn; the returned one records
     the aborted step (so a replay or a restart never aborts it twice).
     """
-    base = Decision(Action.SKIP, "", ledger.session_id, ledger.turn_id, verdict.kind)
+    base = Decision(Action.SKIP, Cause.OTHER, ledger.session_id, ledger.turn_id, verdict.kind,
+                    facts=Facts(detail=verdict.reason, hung_seconds=verdict.idle_s))
     why = _refusal(ledger, enabled=enabled, subagents=subagents, is_child=is_child, live=live)
     if why is not None:
-        return replace(base, reason=f"skip: {why}"), ledger
+        return replace(base, cause=why), ledger
     decision = replace(
         base,
         action=Action.ABORT,
-        reason=(f"abort: subagent {verdict.reason}; stopped (never prompted) so its parent's "
-                "task tool returns; 1/1 per parent turn"),
+        cause=Cause.SUBAGENT_HUNG,
         used_before=0,
         used_after=1,
         limit=1,
@@ -107,6 +105,6 @@ def decide_subagent_stall(
 
 def subagent_toast(decision: Decision) -> str:
     """The toast shown in the parent's window."""
-    hung = hung_seconds(decision.reason)
+    hung = whole_seconds(decision.hung_seconds)
     took = f" after {hung} s with no progress" if hung is not None else ""
     return f"autoretry: a subagent hung{took} — stopped it so this session can go on"

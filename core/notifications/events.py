@@ -18,10 +18,12 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from opencode_autoretry.causes import Cause, skip_words
 from opencode_autoretry.models import Action, Decision, Kind, Session
 
-#: The reason the budget core gives a root turn's non-retryable error (a unit test pins it).
-TERMINAL_SKIP_REASON = "skip: error is not retryable"
+#: What a root turn's non-retryable error reads as (a unit test pins the wording; code reads
+#: ``Cause.NOT_RETRYABLE``).
+TERMINAL_SKIP_REASON = f"{Action.SKIP}: {skip_words(Cause.NOT_RETRYABLE)}"
 PAYLOAD_VERSION = 1
 
 
@@ -49,7 +51,7 @@ def event_for(decision: Decision, *, is_child: bool | None) -> NotifyEvent | Non
     if (
         decision.action is Action.SKIP
         and decision.kind is Kind.TERMINAL
-        and decision.reason == TERMINAL_SKIP_REASON
+        and decision.cause is Cause.NOT_RETRYABLE
     ):
         return NotifyEvent.TERMINAL
     return None

@@ -20,13 +20,34 @@ from typing import Any
 
 import sqlite_utils
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.models import BudgetGroup, Decision, TurnLedger, from_epoch_ms, to_epoch_ms
+from opencode_autoretry.store.legacy_reasons import legacy_cause
 from opencode_autoretry.store.sqlite_uri import readonly_uri
 
 GLOBAL_SCOPE = "*"
 OPEN_STATES = ("intent", "sent")
 
-MIGRATIONS: tuple[str, ...] = (
+
+def _type_old_decisions(conn: sqlite3.Connection) -> None:
+    """Migration 5: every decision gets its cause and facts; the rows of older releases are
+    mapped once from their reason text (the only reading of that text, ``legacy_reasons``)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(decisions)")}
+    if "cause" not in columns:  # NULL: written by an older release (also after a downgrade)
+        conn.execute("ALTER TABLE decisions ADD COLUMN cause TEXT")
+    if "facts" not in columns:
+        conn.execute("ALTER TABLE decisions ADD COLUMN facts TEXT NOT NULL DEFAULT '{}'")
+    rows = conn.execute("SELECT id, action, reason FROM decisions WHERE cause IS NULL").fetchall()
+    for row_id, action, reason in rows:
+        cause, facts = legacy_cause(str(action), str(reason))
+        conn.execute("UPDATE decisions SET cause = ?, facts = ? WHERE id = ?",
+                     (str(cause), facts.to_json(), row_id))
+
+
+#: Each step is a script, or a function of the connection (run in the step's transaction).
+Migration = str | Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: tuple[Migration, ...] = (
     # 1: the initial schema
     """
     CREATE TABLE turns (
@@ -74,7 +95,16 @@ MIGRATIONS: tuple[str, ...] = (
         done_at INTEGER, latency_ms INTEGER, message TEXT);
     CREATE INDEX IF NOT EXISTS notifications_session ON notifications (session_id, id);
     """,
+    # 5: decisions are typed: why (``cause``) and what they were taken on (``facts``, JSON)
+    _type_old_decisions,
 )
+
+
+def _run_migration(conn: sqlite3.Connection, step: Migration) -> None:
+    if isinstance(step, str):
+        conn.executescript(step)
+    else:
+        step(conn)
 
 
 class StoreError(RuntimeError):
@@ -97,6 +127,15 @@ class DecisionRecord:
     used_before: int
     used_after: int
     limit: int
+    cause: Cause = Cause.OTHER  # why (rows of older releases: mapped from their reason)
+    facts: Facts = Facts()
+
+    @classmethod
+    def of_legacy(cls, **values: Any) -> DecisionRecord:
+        """A record as an older release wrote it (reason text only): typed as migration 5
+        types it."""
+        cause, facts = legacy_cause(str(values["action"]), str(values["reason"]))
+        return cls(**values, cause=cause, facts=facts)
 
 
 @dataclass(frozen=True)
@@ -146,13 +185,18 @@ def _ms(value: datetime | None) -> int | None:
 
 
 def _decision_from_row(row: sqlite3.Row) -> DecisionRecord:
-    return DecisionRecord(
-        id=row["id"], at=from_epoch_ms(row["at"]),  # type: ignore[arg-type]
+    values: dict[str, Any] = dict(
+        id=row["id"], at=from_epoch_ms(row["at"]),
         session_id=row["session_id"], turn_id=row["turn_id"], message_id=row["message_id"],
         kind=row["kind"], action=row["action"], reason=row["reason"], group=row["grp"],
         text=row["text"], due=from_epoch_ms(row["due"]), used_before=row["used_before"],
         used_after=row["used_after"], limit=row["lim"],
     )
+    if "cause" not in row.keys() or row["cause"] is None:  # noqa: SIM118 (a Row iterates values)
+        # A store an older daemon still holds (a report cannot migrate it): typed on reading.
+        return DecisionRecord.of_legacy(**values)
+    return DecisionRecord(**values, cause=Cause.parse(row["cause"]),
+                          facts=Facts.from_json(row["facts"]))
 
 
 def _injection_from_row(row: sqlite3.Row) -> InjectionRecord:
@@ -277,7 +321,7 @@ def _migrate(db: sqlite_utils.Database) -> None:
         if version in done:
             continue
         with db.conn:
-            db.conn.executescript(script)
+            _run_migration(db.conn, script)
             db.execute("INSERT INTO migrations VALUES (?, strftime('%s','now'))", [version])
 
 
@@ -355,12 +399,14 @@ class Store(_Reader):
     ) -> int:
         return self._write(
             "INSERT INTO decisions (at, session_id, turn_id, message_id, kind, action, reason, "
-            "grp, text, due, used_before, used_after, lim) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "grp, text, due, used_before, used_after, lim, cause, facts) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 to_epoch_ms(at), decision.session_id, decision.turn_id, message_id,
                 decision.kind and str(decision.kind), str(decision.action), decision.reason,
                 decision.group and str(decision.group), decision.text, _ms(decision.due),
                 decision.used_before, decision.used_after, decision.limit,
+                str(decision.cause), decision.facts.to_json(),
             ),
         )
 
@@ -436,7 +482,7 @@ class StoreView(_Reader):
             # An empty in-memory schema: a missing store answers every query with nothing.
             conn = sqlite3.connect(":memory:")
             for script in MIGRATIONS:
-                conn.executescript(script)
+                _run_migration(conn, script)
             return cls(conn)
         try:
             conn = sqlite3.connect(readonly_uri(path), uri=True, timeout=5.0)

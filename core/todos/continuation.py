@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from opencode_autoretry.config.settings import SettingsError
-from opencode_autoretry.decisions.error_kinds import classify_error
+from opencode_autoretry.decisions.error_kinds import classify_error, context_overflowed
 from opencode_autoretry.decisions.policy import (
     DEFAULT_BUDGETS,
     GroupBudget,
@@ -52,7 +52,6 @@ from opencode_autoretry.todos.reply_intent import read_intent
 UNFINISHED = frozenset({"pending", "in_progress"})
 #: No todo continuation this soon after a compaction: the model has just lost its context.
 COMPACTION_QUIET_S = 60.0
-_OVERFLOW_REASON = "the context window overflowed"
 MAX_LISTED = 10  # todos named in one message; the rest are counted
 MAX_TEXT_CHARS = 2000
 
@@ -234,10 +233,10 @@ def aborted_or_overflowed(turn: Turn) -> str | None:
     for step in turn.steps:
         if step.error is None:
             continue
-        kind, reason = classify_error(step.error)
+        kind, _ = classify_error(step.error)
         if kind is Kind.USER_ABORT:
             return "the user aborted this turn"
-        if reason.startswith(_OVERFLOW_REASON):
+        if context_overflowed(step.error):
             return "the turn ended on a context overflow"
     return None
 

@@ -93,25 +93,17 @@ class RepetitionGuard:
         live = self._sessions.live_facts(view.session_id)
         decision = self._decide(view, turn, verdict, live, now)
         if not found.live and decision.action is Action.ABORT_THEN_INJECT:
-            decision = replace(
-                decision, action=Action.INJECT,
-                reason=decision.reason.replace(str(Action.ABORT_THEN_INJECT), str(Action.INJECT)),
-            )
-        decision_id = self._actions.perform(decision, now, verdict.message_id)
-        if decision.action is Action.INJECT:
-            self._send_now(view.session_id, decision_id, now)
+            decision = replace(decision, action=Action.INJECT)  # its reason says inject
+        performed = self._actions.perform(decision, now, verdict.message_id)
+        if decision.action is Action.INJECT and performed.injection is not None:
+            # A cross-step reminder goes out while the session is busy (Recovery would hold
+            # it until idle, and a looping agent may never be idle).
+            self._actions.send_injection(performed.injection, now)
         if found.live and decision.action in (Action.ABORT_THEN_INJECT, Action.NOTIFY):
             if decision.action is Action.NOTIFY:
                 self._actions.abort(view.session_id, now)  # out of budget: stop for good
-            self.trim(found, now, decision_id)
+            self.trim(found, now, performed.decision_id)
         return decision
-
-    def _send_now(self, session_id: str, decision_id: int, now: datetime) -> None:
-        """A cross-step reminder goes out while the session is busy (Recovery would hold it
-        until idle, and a looping agent may never be idle)."""
-        for injection in self._store.open_injections(session_id):
-            if injection.decision_id == decision_id and injection.state == "intent":
-                self._actions.send_injection(injection, now)
 
     def trim(self, found: LoopFound, now: datetime, decision_id: int | None = None) -> bool:
         """Record the trim and send it to the session's owner; False when not sent."""

@@ -25,6 +25,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.sessions import SessionView
 from opencode_autoretry.decisions.error_kinds import ABORT_NAMES
@@ -165,8 +166,8 @@ class TodoGuard:
         if not used:
             return None
         decision = Decision(
-            Action.SKIP, f"skip: no unfinished todos left after {used} continuation(s)",
-            session_id, turn.id, Kind.UNFINISHED_TODOS, BudgetGroup.TODOS,
+            Action.SKIP, Cause.TODOS_DONE, session_id, turn.id, Kind.UNFINISHED_TODOS,
+            BudgetGroup.TODOS, facts=Facts(continuations=used),
         )
         self._actions.perform(decision, now, message_id)
         return decision

@@ -21,7 +21,6 @@ store holds, so a kind or action added later shows up in every breakdown as it i
 
 from __future__ import annotations
 
-import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from datetime import date, datetime, timedelta, tzinfo
 from operator import itemgetter
 from typing import Any, Final
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.diagnostics.index.session_digest import (
     AT,
     ID,
@@ -52,19 +52,23 @@ from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import DecisionRecord, InjectionRecord
 
 FATES = ("recovered", "gave_up", "left_alone", "not_recovered", "in_progress", "unattended")
-#: Why a failure was left alone, tested in this order against the skip decision's reason.
-LEFT_ALONE_REASONS: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("switched_off", re.compile(r"autoretry is off|switched off", re.I)),
-    ("user_abort", re.compile(r"user aborted", re.I)),
-    ("waiting", re.compile(r"waiting on|is busy|is retrying", re.I)),
-    ("child", re.compile(r"child session|parent unknown", re.I)),
+#: Why a failure was left alone, by the skip decision's cause (any other: ``other``).
+LEFT_ALONE_REASONS: tuple[tuple[str, frozenset[Cause]], ...] = (
+    ("switched_off", frozenset({Cause.OFF})),
+    ("user_abort", frozenset({Cause.USER_ABORT})),
+    ("waiting", frozenset({Cause.WAITING_PERMISSION, Cause.WAITING_QUESTION,
+                           Cause.WAITING_CHILD, Cause.BUSY, Cause.OPENCODE_RETRYING})),
+    ("child", frozenset({Cause.CHILD_SESSION, Cause.PARENT_UNKNOWN, Cause.NOT_A_CHILD})),
     ("no_owner", NO_OWNER),
-    ("not_retryable", re.compile(r"not retr|not retryable|finished normally|still running", re.I)),
+    ("not_retryable", frozenset({Cause.NOT_RETRIED, Cause.NOT_RETRYABLE, Cause.HEALTHY,
+                                 Cause.RUNNING})),
 )
 LEFT_ALONE = (*(name for name, _ in LEFT_ALONE_REASONS), "other")
 #: A skip that only repeats an earlier decision about the same failure says nothing new.
-_DUPLICATE = re.compile(r"already (handled|scheduled|pending)", re.I)
-_EXHAUSTED = re.compile(r"exhausted", re.I)
+_DUPLICATE = frozenset({Cause.ALREADY_HANDLED, Cause.ALREADY_SWITCHED, Cause.ALREADY_SCHEDULED,
+                        Cause.ALREADY_PENDING})
+#: A budget spent earlier in the turn: the failure was given up on.
+_EXHAUSTED = frozenset({Cause.GROUP_EXHAUSTED})
 #: Continuation outcomes that reached the model and finished (the success rate's base).
 SETTLED = ("recovered", "failed", "blank")
 
@@ -153,11 +157,11 @@ def _rank(decision: DecisionRecord, sends: set[int]) -> int:
         return 3
     if decision.action == "notify":
         return 2
-    return 0 if _DUPLICATE.search(decision.reason) else 1
+    return 0 if decision.cause in _DUPLICATE else 1
 
 
-def _left_alone_reason(reason: str) -> str:
-    return next((name for name, rx in LEFT_ALONE_REASONS if rx.search(reason)), "other")
+def _left_alone_reason(cause: Cause) -> str:
+    return next((name for name, causes in LEFT_ALONE_REASONS if cause in causes), "other")
 
 
 def _fate_of_send(outcomes: Sequence[Outcome]) -> str:
@@ -224,10 +228,10 @@ class _Judge:
         if injections:
             fate = _fate_of_send([self.outcomes[i.id] for i in injections if i.id in self.outcomes])
             return (*facts, turn, fate, None)
-        if decision.action == "notify" or _EXHAUSTED.search(decision.reason):
+        if decision.action == "notify" or decision.cause in _EXHAUSTED:
             return (*facts, turn, "gave_up", None)
         if decision.action == "skip":
-            return (*facts, turn, "left_alone", _left_alone_reason(decision.reason))
+            return (*facts, turn, "left_alone", _left_alone_reason(decision.cause))
         return (*facts, turn, "in_progress", None)  # a send whose intent is not recorded yet
 
     def tally_light(self, row: LightRow, tallies: _Tallies) -> None:

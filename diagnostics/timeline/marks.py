@@ -12,11 +12,11 @@ are the store's strings, so an action added later gets a mark of its own class a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.diagnostics.render import excerpt, iso, tokens_text
 from opencode_autoretry.diagnostics.timeline.report import TimelineReport, origin
 from opencode_autoretry.diagnostics.trace.report import Outcome
@@ -59,7 +59,6 @@ _ACTION_CLASS = {
     "skip": "skip",
 }
 _OUTCOME_CLASS = {"recovered": "recovered", "clean": "recovered", "pending": "pending"}
-_OPENCODE_RETRYING = re.compile(r"OpenCode is retrying", re.I)
 
 
 @dataclass(frozen=True)
@@ -139,7 +138,7 @@ def _decision_marks(decision: DecisionRecord) -> list[Mark]:
     css = _ACTION_CLASS.get(action, "other")
     if decision.kind == str(Kind.REPETITION) and action == "notify":
         css = "loop"
-    lane = "opencode" if _OPENCODE_RETRYING.search(decision.reason) else "autoretry"
+    lane = "opencode" if decision.cause is Cause.OPENCODE_RETRYING else "autoretry"
     budget = f"budget {decision.used_after}/{decision.limit}" if decision.limit else ""
     detail = tuple(x for x in (decision.reason, budget, f"decision #{decision.id}") if x)
     title = f"{action} {decision.kind or ''}".strip()

@@ -43,7 +43,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from opencode_autoretry.decisions.fallback import switch_of
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import (
     RULE,
@@ -369,9 +368,9 @@ def _continuation_lines(item: Continuation, style: Style) -> list[str]:
             f"{' error=' + step.error.name if step.error else ''})"
         )
     lines.append(f"    outcome: {_outcome_text(item.outcome, style)}")
-    switch = switch_of(item.decision.reason) if item.decision is not None else None
+    switch = item.decision.facts.switch if item.decision is not None else None
     if switch is not None:  # model fallback (issue 10)
-        lines.append(f"    switched {switch[0]} → {switch[1]}")
+        lines.append(f"    switched {switch.from_model} → {switch.to_model}")
     if item.decision is not None and item.decision.kind == str(Kind.REPETITION):
         # The daemon aborted the looping step itself, so the step reads as an abort.
         lines.append(style.dim(f"    a repetition reminder (decision #{item.decision.id})"))

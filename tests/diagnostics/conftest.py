@@ -24,6 +24,7 @@ from opencode_rows import (  # noqa: E402
     tokens,
 )
 
+from opencode_autoretry.causes import Cause, Facts  # noqa: E402
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind  # noqa: E402
 from opencode_autoretry.store.database import Store  # noqa: E402
 
@@ -45,7 +46,8 @@ class Seeded:
 def _decide(store: Store, sid: str, turn: str, kind: Kind, trigger: str, at: datetime) -> int:
     group = BudgetGroup.BLANK if kind is Kind.BLANK else BudgetGroup.DISCONNECT
     decision = Decision(
-        Action.INJECT, f"{kind} → continue", sid, turn, kind, group, "Continue.", None, 0, 1, 2
+        Action.INJECT, Cause.RETRY, sid, turn, kind, group, "Continue.", None, 0, 1, 2,
+        facts=Facts(note=f"{kind} → continue"),
     )
     return store.record_decision(decision, at, message_id=trigger)
 
@@ -129,7 +131,8 @@ def seed(tmp: Path) -> Seeded:
     at = datetime.fromtimestamp(rows.clock / 1000, tz=UTC)
     store.record_decision(
         Decision(
-            Action.SKIP, "no live owner: nobody to send it", s["quiet"], us["silent"], Kind.SILENT
+            Action.SKIP, Cause.NO_OWNER, s["quiet"], us["silent"], Kind.SILENT,
+            facts=Facts(note="no live owner: nobody to send it"),
         ),
         at,
         message_id=st["silent"],
@@ -137,7 +140,7 @@ def seed(tmp: Path) -> Seeded:
     store.record_decision(
         Decision(
             Action.NOTIFY,
-            "rate_limit budget exhausted (2/2)",
+            Cause.BUDGET_SPENT,
             sid,
             us["reset"],
             Kind.RATE_LIMIT,
@@ -147,6 +150,7 @@ def seed(tmp: Path) -> Seeded:
             2,
             2,
             2,
+            facts=Facts(note="rate_limit budget exhausted (2/2)"),
         ),
         at,
         message_id=st["rate_limit"],

@@ -73,11 +73,7 @@ class _Daemon:
         context = DecisionContext(session_id=ledger.session_id, is_child=False)
         decision, ledger = decide(ledger, found.verdict(), context, self.policy, now)
         if not found.live and decision.action is Action.ABORT_THEN_INJECT:
-            decision = replace(
-                decision,
-                action=Action.INJECT,
-                reason=decision.reason.replace("abort_then_inject", "inject"),
-            )
+            decision = replace(decision, action=Action.INJECT)  # as the guard does
         decision_id = self.store.record_decision(decision, now, message_id=found.message_id)
         self.seed.decisions[name] = decision_id
         stopped = decision.action in (Action.ABORT_THEN_INJECT, Action.NOTIFY)

@@ -179,21 +179,10 @@ def test_timeline_human_marks_where_the_loop_began(report, loops: LoopSeed) -> N
 def _decision(
     id_: int, action: str, used_before: int, reason: str, turn: str = "t1"
 ) -> DecisionRecord:
-    return DecisionRecord(
-        id_,
-        AT,
-        "ses_1",
-        turn,
-        f"msg_{id_}",
-        "repetition",
-        action,
-        reason,
-        "repetition",
-        None,
-        None,
-        used_before,
-        used_before + 1,
-        2,
+    return DecisionRecord.of_legacy(  # typed from its reason, as migration 5 types an old row
+        id=id_, at=AT, session_id="ses_1", turn_id=turn, message_id=f"msg_{id_}",
+        kind="repetition", action=action, reason=reason, group="repetition", text=None,
+        due=None, used_before=used_before, used_after=used_before + 1, limit=2,
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from conftest import NOW
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, render_diagnose
 from opencode_autoretry.diagnostics.records import load_records
 from opencode_autoretry.diagnostics.render import Style
@@ -97,7 +98,8 @@ def test_a_new_decision_kind_shows_up_without_code_changes(
     store = Store.open(fresh_seeded.store)
     at = NOW - timedelta(hours=1)
     sid, turn = fresh_seeded.sessions["main"], fresh_seeded.users["hello"]
-    decision = Decision("continue_todo", "todos left open", sid, turn, "todo")  # type: ignore[arg-type]
+    decision = Decision("continue_todo", Cause.OTHER, sid, turn, "todo",  # type: ignore[arg-type]
+                        facts=Facts(note="todos left open"))
     decision_id = store.record_decision(decision, at, message_id=fresh_seeded.steps["healthy"])
     store.record_intent(decision_id, sid, turn, "Finish the todos.", None, at=at)
     store.close()

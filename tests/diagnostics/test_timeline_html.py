@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/browser.py
 
 from browser import check_page, find_chromium  # noqa: E402
 
+from opencode_autoretry.causes import Cause, Facts  # noqa: E402
 from opencode_autoretry.diagnostics.timeline.page import GAP_CAP, Axis  # noqa: E402
 
 
@@ -57,13 +58,15 @@ def test_waits_and_loop_stops_are_drawn(fresh_seeded, run_on, tmp_path: Path) ->
     sid, turn = fresh_seeded.sessions["net"], fresh_seeded.users["net"]
     at = datetime(2026, 11, 30, 12, 10, tzinfo=UTC)
     wait = Decision(
-        Action.INJECT_AT, "inject_at: timeout", sid, turn, Kind.TIMEOUT, BudgetGroup.TIMEOUT,
-        "Continue.", at + timedelta(seconds=5), 0, 1, 2,
+        Action.INJECT_AT, Cause.RETRY, sid, turn, Kind.TIMEOUT, BudgetGroup.TIMEOUT,
+        "Continue.", at + timedelta(seconds=5), 0, 1, 2, facts=Facts(note="inject_at: timeout"),
     )
     store.record_decision(wait, at, message_id=fresh_seeded.steps["timeout"])
-    stop = Decision(Action.NOTIFY, "notify: repetition", sid, turn, Kind.REPETITION)
+    stop = Decision(Action.NOTIFY, Cause.BUDGET_SPENT, sid, turn, Kind.REPETITION,
+                    facts=Facts(note="notify: repetition"))
     store.record_decision(stop, at + timedelta(seconds=9))
-    store.record_decision(Decision("hold_subagent", "a new action", sid, turn, "hung"), at)  # type: ignore[arg-type]
+    store.record_decision(Decision("hold_subagent", Cause.OTHER, sid, turn, "hung",  # type: ignore[arg-type]
+                                   facts=Facts(note="a new action")), at)
     store.close()
     target = tmp_path / "net.html"
     result = run_on(fresh_seeded.db, fresh_seeded.store, "timeline", sid, "--html", str(target))

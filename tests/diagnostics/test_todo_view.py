@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from opencode_rows import OpenCodeRows, assistant_data, step_finish, tokens
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.diagnostics.records import load_records
 from opencode_autoretry.diagnostics.render import Style
 from opencode_autoretry.diagnostics.todo_view import todo_continuations, todo_lines
@@ -39,8 +40,9 @@ def scenario(tmp_path, after: tuple[str, ...] | None):
     store = Store.open(tmp_path / "store.db")
     at = from_epoch_ms(rows.clock)
     assert at is not None
-    decision = Decision(Action.INJECT_AT, "inject_at: unfinished_todos", sid, user,
-                        Kind.UNFINISHED_TODOS, BudgetGroup.TODOS)
+    decision = Decision(Action.INJECT_AT, Cause.RETRY, sid, user,
+                        Kind.UNFINISHED_TODOS, BudgetGroup.TODOS,
+                        facts=Facts(note="inject_at: unfinished_todos"))
     did = store.record_decision(decision, at)
     iid = store.record_intent(did, sid, user, TEXT, at + timedelta(seconds=5), at)
     store.mark_sent(iid, at)

@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from opencode_rows import OpenCodeRows, tokens
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.diagnostics.trace.report import outcome_of
 from opencode_autoretry.models import ErrorInfo, Message, Role, Tokens
 
@@ -121,7 +122,8 @@ def test_injection_whose_marker_was_dropped_is_joined_by_its_message_id(run_on, 
     store = Store.open(tmp_path / "s.db")
     at = datetime.fromtimestamp(rows.clock / 1000, tz=UTC)
     decision = Decision(
-        Action.INJECT, "blank", sid, user, Kind.BLANK, BudgetGroup.BLANK, "Continue."
+        Action.INJECT, Cause.RETRY, sid, user, Kind.BLANK, BudgetGroup.BLANK, "Continue.",
+        facts=Facts(note="blank"),
     )
     decision_id = store.record_decision(decision, at, message_id=blank)
     injection = store.record_intent(decision_id, sid, user, "Continue.", None, at=at)
