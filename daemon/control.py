@@ -9,14 +9,14 @@ writes with every heartbeat: ``autoretry status`` renders it, and a restarted da
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opencode_autoretry.daemon.parts import describe
 from opencode_autoretry.notifications.records import status_json as notify_status
 from opencode_autoretry.notifications.records import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
-from opencode_autoretry.store.database import StoreView
+from opencode_autoretry.store.database import STALE_HEARTBEAT, StoreView
 
 if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
     from opencode_autoretry.daemon.actions import Actions
@@ -51,7 +51,6 @@ class Loop(Protocol):
     def _bridge(self) -> object: ...  # the BridgeServer (its line counters), or a test fake
 
 USAGE = "usage: /autoretry [on|off|status] [here]"
-STALE_HEARTBEAT = timedelta(seconds=30)
 
 
 def answer(command: Command, loop: Loop, now: datetime) -> Reply:

@@ -7,7 +7,7 @@ import io
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from daemon_fakes import FakeClock, Harness, disconnect  # noqa: E402
 from opencode_rows import OpenCodeRows, api_error, tokens  # noqa: E402
 
+from opencode_autoretry.config.load import parse_config  # noqa: E402
+from opencode_autoretry.config.settings import Settings  # noqa: E402
 from opencode_autoretry.daemon.headless.run import (  # noqa: E402
     ENV_MARKER,
     ENV_SESSION,
@@ -99,13 +101,14 @@ class World:
     """A row-written OpenCode DB, a store and a fake ``opencode``: each run plays one script
     step (a function writing the rows that run would write) and exits with its status."""
 
-    def __init__(self, tmp: Path, policy: dict | None = None) -> None:
+    def __init__(self, tmp: Path, policy: dict | None = None, **tables: Any) -> None:
         self.rows = OpenCodeRows(tmp / "opencode.db")
         self.rows.commit()
         self.db_path = tmp / "opencode.db"
         self.store = Store.open(tmp / "store.db")
         self.clock = FakeClock(from_epoch_ms(self.rows.clock))
         self.policy = load_policy(policy or {})
+        self.config = parse_config(replace(Settings(), policy=policy or {}, **tables))
         self.spawned: list[Spawned] = []
         self.steps: list[Callable[[Spawned], int]] = []
         self.session_id: str | None = None
@@ -123,7 +126,7 @@ class World:
     def runner(self, argv: list[str] | None = None) -> Runner:
         argv = argv or ["opencode", "run", "say", "hello"]
         return Runner(parse_run(argv), argv, self.store, lambda: OpenCodeDB.open(self.db_path),
-                      self.policy, self.clock, spawn=self.spawn, env={}, cwd="/work/project",
+                      self.config, self.clock, spawn=self.spawn, env={}, cwd="/work/project",
                       err=self.err, pause=self.clock.advance)
 
     # -- what a run writes --------------------------------------------------------------------

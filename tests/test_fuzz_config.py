@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fuzzing import FUZZ, report, tried  # noqa: E402
 
 from opencode_autoretry.config.settings import Settings, SettingsError, resolve  # noqa: E402
-from opencode_autoretry.daemon.repetition.guard import PENALTY_RANGES, load_penalties  # noqa: E402
 from opencode_autoretry.decisions.policy import MESSAGE_KEYS, PolicyError, load_policy  # noqa: E402
 from opencode_autoretry.models import BudgetGroup  # noqa: E402
+from opencode_autoretry.repetition.penalties import PENALTY_RANGES, load_penalties  # noqa: E402
 
 SETTINGS_KEYS = ["opencode_db", "store", "socket", "log_dir", "enabled", "poll_interval",
                  "tick_interval", "stall_timeout", "runaway_steps", "verbose", "nonsense"]

@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from opencode_autoretry.config.settings import ConfigError
 from opencode_autoretry.decisions.budget import DecisionContext
 from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS, Policy, fill
 from opencode_autoretry.models import (
@@ -43,7 +44,7 @@ _MODEL = re.compile(r"^[^/\s]+/\S+$")
 _SWITCH = re.compile(r"switched (\S+) → (\S+)")
 
 
-class FallbackError(ValueError):
+class FallbackError(ConfigError):
     """Bad ``[fallback]`` table, or a fallback model OpenCode does not know; names it."""
 
 

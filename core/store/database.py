@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +126,10 @@ class TrimRecord:
     keep_chars: int
     excerpt: str | None
     decision_id: int | None
+
+
+#: A heartbeat older than this is a hung or dead daemon (the daemon beats every 5 s).
+STALE_HEARTBEAT = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)

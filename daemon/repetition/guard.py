@@ -19,13 +19,11 @@ would need the detectors to recompute the cut; the daemon already has both the c
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from opencode_autoretry.config.settings import SettingsError
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, SessionReader
 from opencode_autoretry.daemon.repetition.watch import LoopFound, RepetitionWatch
 from opencode_autoretry.daemon.sessions import Sessions, SessionView
@@ -41,42 +39,7 @@ WATCHED_EVENTS = frozenset(
 )
 TRIM_RESEND_WINDOW = timedelta(days=7)  # trims older than this are not re-sent on hello
 TRIM_RESEND_MAX = 2000  # = the bridge's TRIM_LIMIT
-PENALTY_RANGES: Mapping[str, tuple[float, float]] = {
-    "frequency_penalty": (-2.0, 2.0),  # OpenAI's documented ranges
-    "presence_penalty": (-2.0, 2.0),
-    "repetition_penalty": (0.0, 2.0),  # vLLM / llama.cpp style: 1.0 is "off"
-}
-
 Decide = Callable[[SessionView, Turn, Verdict, LiveFacts, datetime], Decision]
-
-
-def load_penalties(raw: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-    """``[repetition.penalties.<provider>]`` tables -> provider id -> sampling options.
-
-    Off by default (no table, nothing sent). ``"*"`` applies to every other provider."""
-    table = raw.get("penalties", {})
-    if not isinstance(table, Mapping):
-        raise SettingsError("repetition.penalties must be a table of provider tables")
-    unknown = sorted(set(raw) - {"penalties"})
-    if unknown:
-        raise SettingsError(f"repetition: unknown key(s) {', '.join(unknown)} (known: penalties)")
-    return {str(provider): _provider_penalties(str(provider), v) for provider, v in table.items()}
-
-
-def _provider_penalties(provider: str, values: object) -> dict[str, float]:
-    path = f"repetition.penalties.{provider}"
-    if not isinstance(values, Mapping):
-        raise SettingsError(f"{path} must be a table")
-    out: dict[str, float] = {}
-    for key, value in values.items():
-        if key not in PENALTY_RANGES:
-            raise SettingsError(f"{path}: unknown key {key!r} (known: {', '.join(PENALTY_RANGES)})")
-        low, high = PENALTY_RANGES[key]
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not math.isfinite(value) or not low <= value <= high:
-            raise SettingsError(f"{path}.{key} must be a number from {low:g} to {high:g}")
-        out[key] = float(value)
-    return out
 
 
 class RepetitionGuard:
@@ -102,11 +65,11 @@ class RepetitionGuard:
 
     @classmethod
     def for_loop(cls, loop: Any) -> RepetitionGuard:
-        """Built from the daemon loop's own parts (one line in ``Loop.__init__``); raises
-        SettingsError for a bad ``[repetition]`` table, so a bad config stops the start."""
+        """Built from the daemon loop's own parts (one line in ``Loop.__init__``), with the
+        penalties of its (already validated) ``Config``."""
         return cls(
             RepetitionWatch(), loop.store, loop.actions, loop.sessions, loop.db, loop._decide,
-            loop._bridge, penalties=load_penalties(loop.settings.repetition),
+            loop._bridge, penalties=loop.config.penalties,
         )
 
     def on_event(
