@@ -163,6 +163,10 @@ class World:
             self.rows.assistant(self.session_id, last_user, finish=None, text="",
                                 error=disconnect())
             return 1
+        if reply == "quota":
+            quota = api_error("You exceeded your current quota (insufficient_quota)", status=429)
+            self.rows.assistant(self.session_id, last_user, finish=None, text="", error=quota)
+            return 1
         if reply == "401":
             self.rows.assistant(self.session_id, last_user, finish=None, text="",
                                 error=api_error("Invalid API key", status=401, retryable=False))
@@ -192,6 +196,27 @@ def test_a_blank_reply_is_continued_once_in_the_same_turn(world: World):
     (injection,) = world.store.injections(world.session_id)
     assert injection.state == "confirmed" and injection.turn_id == world.turn
     assert "autoretry: blank reply — continuing now (1/2)" in world.err.getvalue()
+
+
+def test_a_hard_quota_switches_to_the_fallback_model(tmp_path: Path):
+    """exec judges with the daemon's decision path, [fallback] included (issue 18: it built
+    its judge without it, so a headless run never switched models)."""
+    world = World(tmp_path, fallback={"fake/fake-model": ["fake/fake-b"]})
+    world.steps = [world.first("quota"), world.continued("normal")]
+    assert world.runner().execute() == 0
+    first, second = world.spawned
+    assert second.argv[:6] == ["opencode", "run", "--session", world.session_id, "--model",
+                               "fake/fake-b"]
+    [decision] = world.store.decisions(world.session_id)
+    assert decision.action == "inject" and "switched fake/fake-model → fake/fake-b" in (
+        decision.reason)
+    assert "switched fake/fake-model → fake/fake-b" in world.err.getvalue()
+
+
+def test_a_hard_quota_without_fallback_is_not_continued(world: World):
+    world.steps = [world.first("quota")]
+    assert world.runner().execute() == 1
+    assert len(world.spawned) == 1
 
 
 def test_three_blank_replies_give_up_with_75_after_two_continuations(world: World):
