@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 import click
 
 from opencode_autoretry.cli.args import utf8_text
-from opencode_autoretry.config import paths
 
 # The rest is imported by the functions that run it: `autoretry --help` lists these commands
 # and must not load the daemon, APScheduler, watchdog or sqlite-utils to do so.
 if TYPE_CHECKING:
     from opencode_autoretry.cli.context import AppContext
+    from opencode_autoretry.config.load import Config
     from opencode_autoretry.config.settings import Settings
 
 log = logging.getLogger("opencode_autoretry.daemon")
@@ -54,8 +54,8 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
     logging.getLogger("watchdog").setLevel(logging.WARNING)
 
 
-def serve(settings: Settings) -> int:
-    """Run the daemon until a signal; 0 on a clean stop."""
+def serve(config: Config) -> int:
+    """Run the daemon until a signal; 0 on a clean stop (``config`` validated beforehand)."""
     from opencode_autoretry.clock import SystemClock
     from opencode_autoretry.daemon.inbox import Shutdown
     from opencode_autoretry.daemon.intake.bridges import BridgeServer
@@ -65,29 +65,22 @@ def serve(settings: Settings) -> int:
     from opencode_autoretry.daemon.notifications.notifier import start_notifier
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.scheduler import RetryScheduler
-    from opencode_autoretry.decisions.fallback import check_models, load_fallback
-    from opencode_autoretry.decisions.policy import load_policy
     from opencode_autoretry.diagnostics.index.keeper import IndexKeeper
-    from opencode_autoretry.notifications.config import load_notify
     from opencode_autoretry.opencode.db import OpenCodeDB
     from opencode_autoretry.store.database import Store
 
-    policy = load_policy(settings.policy)
-    notify = load_notify(settings.notify)
-    fallback = load_fallback(settings.fallback)
-    check_models(fallback, os.environ, paths.opencode_config_dir())
+    settings = config.settings
     store = Store.open(settings.store)
     inbox: queue.Queue[object] = queue.Queue()
     parts = PartHealth()  # what is broken: logged once, shown by `autoretry status`
-    notifier = start_notifier(notify, inbox.put)  # workers post their results to the inbox
+    notifier = start_notifier(config.notify, inbox.put)  # workers post their results to the inbox
     bridges = BridgeServer(settings.socket, inbox, parts=parts)
     timers = RetryScheduler(inbox)
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
-    loop = Loop(settings, store, bridges,
+    loop = Loop(config, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
-                SystemClock(), policy, parts=parts, notifier=notifier,
-                fallback=fallback, notify=notify)
+                SystemClock(), parts=parts, notifier=notifier)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))
@@ -126,22 +119,43 @@ def serve(settings: Settings) -> int:
 @click.pass_obj
 def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
-    from opencode_autoretry.config.settings import SettingsError
+    from opencode_autoretry.cli.context import BadConfig
     from opencode_autoretry.daemon.intake.bridges import SocketBusyError
     from opencode_autoretry.daemon.intake.hardening import NotPrivateError, private_state
-    from opencode_autoretry.decisions.fallback import FallbackError
-    from opencode_autoretry.decisions.policy import PolicyError
-    from opencode_autoretry.notifications.config import NotifyConfigError
     from opencode_autoretry.store.database import StoreError
 
-    settings = app.settings(**({"verbose": True} if verbose else {}))
+    try:  # before anything starts: a bad config starts nothing
+        config = app.config(**({"verbose": True} if verbose else {}))
+    except BadConfig as exc:
+        log_refusal(app, exc.format_message())
+        raise
+    settings = config.settings
     private_state(settings.store, settings.log_dir)  # before the first file is created
     setup_logging(settings, foreground)
     try:
-        sys.exit(serve(settings))
-    except (SocketBusyError, StoreError, PolicyError, NotPrivateError, NotifyConfigError,
-            FallbackError, SettingsError) as exc:
+        sys.exit(serve(config))
+    except (SocketBusyError, StoreError, NotPrivateError) as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+def log_refusal(app: AppContext, line: str) -> None:
+    """A daemon started in the background (install.sh, a service) has no terminal: the line
+    saying why it refused to start goes to daemon.log too, where users look. The log dir is
+    the configured one when the top level of the config is readable, else the default."""
+    from opencode_autoretry.cli.context import BadConfig
+    from opencode_autoretry.config.settings import Settings
+    from opencode_autoretry.daemon.intake.hardening import NotPrivateError, private_state
+
+    try:
+        settings = app.settings()
+    except BadConfig:
+        settings = Settings()  # the default paths
+    try:
+        private_state(settings.store, settings.log_dir)
+        setup_logging(settings, foreground=False)
+    except (OSError, NotPrivateError):  # nowhere to write: the terminal line is all there is
+        return
+    log.error("not starting: bad configuration: %s", line)
 
 
 class StoreUnusable(click.ClickException):
@@ -198,7 +212,7 @@ def status_command(app: AppContext, as_json: bool) -> None:
     from opencode_autoretry.terminal_text import visible
 
     try:
-        view = StoreView.open(app.settings().store)
+        view = StoreView.open(app.config().settings.store)
     except StoreError as exc:
         raise StoreUnusable(str(exc)) from exc
     try:

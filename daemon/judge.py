@@ -16,6 +16,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from opencode_autoretry.causes import Cause, Facts, skip_words
+from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon.sessions import with_error
 from opencode_autoretry.decisions.budget import DecisionContext, PendingRetry, decide, new_ledger
 from opencode_autoretry.decisions.classifier import classify
@@ -137,3 +138,21 @@ class Judge:
                                        self._policy, now)
         # Saved by ``Actions.perform`` with the decision it belongs to (one transaction).
         return replace(decision, ledger=updated) if updated != ledger else decision
+
+
+def judge_for(
+    config: Config,
+    store: Store,
+    db: Callable[[], OpenCodeDB | None],
+    *,
+    rand: Callable[[], float],
+    scope: Scope | None = None,
+) -> Judge:
+    """The one decision path, built the same way for the daemon and for ``autoretry exec``
+    from the one ``Config``: its policy (with the ``[todos]`` budget), the on/off switch,
+    ``runaway_steps``, ``[stall] subagents`` and the ``[fallback]`` chains (issue 18: exec
+    built its judge without them, so a headless run never switched models)."""
+    settings = config.settings
+    return Judge(store, db, config.policy, enabled=settings.enabled,
+                 runaway_steps=settings.runaway_steps, rand=rand,
+                 subagents=settings.stall_subagents, scope=scope, fallback=config.fallback)

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from opencode_autoretry.clock import Clock
-from opencode_autoretry.config.settings import Settings
+from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
 from opencode_autoretry.daemon.gap import GapReview
@@ -33,7 +33,7 @@ from opencode_autoretry.daemon.inbox import (
 )
 from opencode_autoretry.daemon.intake.db_guard import DbGuard
 from opencode_autoretry.daemon.intake.sources import UnownedWatch
-from opencode_autoretry.daemon.judge import Judge, Owner
+from opencode_autoretry.daemon.judge import Owner, judge_for
 from opencode_autoretry.daemon.notifications.actions import Enqueuer, Notifications
 from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
 from opencode_autoretry.daemon.parts import STORE, PartHealth
@@ -56,16 +56,12 @@ from opencode_autoretry.daemon.sessions import (
 from opencode_autoretry.daemon.subagents.stalls import SubagentStalls
 from opencode_autoretry.daemon.todos.guard import TodoGuard
 from opencode_autoretry.decisions.budget import PendingEvent, should_cancel_pending
-from opencode_autoretry.decisions.fallback import FallbackChains, load_fallback
-from opencode_autoretry.decisions.policy import Policy
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
-from opencode_autoretry.notifications.config import NotifyConfig, load_notify
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
 from opencode_autoretry.plugin_bridge import protocol
 from opencode_autoretry.store.database import Store
-from opencode_autoretry.todos.continuation import with_todo_budget
 
 log = logging.getLogger(__name__)
 
@@ -84,25 +80,23 @@ _PROGRESS = frozenset({
 class Loop:
     def __init__(
         self,
-        settings: Settings,
+        config: Config,
         store: Store,
         bridge: BridgeSender,
         open_db: Callable[[], OpenCodeDB],
         timers: Timers,
         clock: Clock,
-        policy: Policy,
         *,
         rand: Callable[[], float] = random.random,
         pid: int | None = None,
         parts: PartHealth | None = None,
         notifier: Enqueuer | None = None,
-        fallback: FallbackChains | None = None,
-        notify: NotifyConfig | None = None,
     ) -> None:
-        self.settings = settings
+        self.config = config  # validated once, before the loop is built (issue 18)
+        self.settings = settings = config.settings
         self.store = store
         self.clock = clock
-        self.policy = policy
+        self.policy = config.policy  # with the [todos] budget
         self.sessions = Sessions()
         self.parts = parts or PartHealth()  # issue 11: what is broken, for the log and status
         self._dbs = DbGuard(settings.opencode_db, open_db, self.parts, clock.now,
@@ -116,16 +110,9 @@ class Loop:
         self._bridge = bridge
         self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
         self.todos = TodoGuard.for_loop(self)  # issue 9: healthy ends with todos left
-        self.policy = with_todo_budget(policy, self.todos.config)
         self.subagents = SubagentStalls(self.db, store, settings.stall_timeout)  # issue 9
-        # serve() parses [fallback] and [notify] once, before anything starts; tests may not.
-        self.fallback = load_fallback(settings.fallback) if fallback is None else fallback
-        self.judge = Judge(store, self.db, self.policy, enabled=settings.enabled,
-                           runaway_steps=settings.runaway_steps, rand=rand,
-                           subagents=settings.stall_subagents, scope=self.subagents.scope,
-                           fallback=self.fallback)
-        notify_config = load_notify(settings.notify) if notify is None else notify
-        self.notifications = Notifications(store, self.db, notify_config, notifier)
+        self.judge = judge_for(config, store, self.db, rand=rand, scope=self.subagents.scope)
+        self.notifications = Notifications(store, self.db, config.notify, notifier)
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_beat: datetime | None = None

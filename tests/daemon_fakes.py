@@ -13,6 +13,7 @@ from typing import Any
 
 from opencode_rows import BASE_MS, OpenCodeRows, api_error, tokens
 
+from opencode_autoretry.config.load import parse_config
 from opencode_autoretry.config.settings import Settings
 from opencode_autoretry.daemon.intake.bridges import BridgeClosed, BridgeConnected, BridgeMessage
 from opencode_autoretry.daemon.loop import Loop
@@ -74,8 +75,9 @@ class Harness:
         self.rows.commit()
         self.settings = replace(
             Settings(), opencode_db=tmp / "opencode.db", store=tmp / "store.db",
-            socket=tmp / "s.sock", log_dir=tmp / "log", **settings,
+            socket=tmp / "s.sock", log_dir=tmp / "log", policy=policy or {}, **settings,
         )
+        self.config = parse_config(self.settings)
         self.policy = load_policy(policy or {})
         self.clock = FakeClock(from_epoch_ms(self.rows.clock) or START)
         self.bridge = FakeBridge()
@@ -85,9 +87,9 @@ class Harness:
 
     def new_loop(self) -> Loop:
         loop = Loop(
-            self.settings, self.store, self.bridge,
+            self.config, self.store, self.bridge,
             lambda: OpenCodeDB.open(self.settings.opencode_db), self.timers, self.clock,
-            self.policy, rand=lambda: 0.0, pid=999,
+            rand=lambda: 0.0, pid=999,
         )
         loop.start(self.clock.now())
         return loop

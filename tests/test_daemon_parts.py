@@ -89,7 +89,7 @@ def harness(tmp_path: Path) -> tuple[Harness, Opener]:
     h.store.close()
     h.store = FlakyStore.open(h.settings.store)
     opener = Opener(h.settings.opencode_db)
-    h.loop = Loop(h.settings, h.store, h.bridge, opener, h.timers, h.clock, h.policy,
+    h.loop = Loop(h.config, h.store, h.bridge, opener, h.timers, h.clock,
                   rand=lambda: 0.0, pid=999)
     h.loop.start(h.clock.now())
     h.hello()

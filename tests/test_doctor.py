@@ -293,7 +293,7 @@ def test_cli_reports_a_broken_config_and_still_runs_the_rest(tmp_path: Path, mon
     monkeypatch.setenv("AUTORETRY_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("PATH", str(tmp_path))
     result = CliRunner().invoke(main, ["--config", str(config), "doctor"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad config: 2, as every command (issue 18; was 1)
     assert "FAIL  config" in result.output and "poll_interval" in result.output
     assert "opencode db" in result.output
 

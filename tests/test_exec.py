@@ -7,7 +7,7 @@ import io
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ from daemon_fakes import FakeClock, Harness, disconnect  # noqa: E402
 from opencode_rows import OpenCodeRows, api_error, tokens  # noqa: E402
 
 from opencode_autoretry.causes import Cause, Facts  # noqa: E402
+from opencode_autoretry.config.load import parse_config  # noqa: E402
+from opencode_autoretry.config.settings import Settings  # noqa: E402
 from opencode_autoretry.daemon.headless.run import (  # noqa: E402
     ENV_MARKER,
     ENV_SESSION,
@@ -100,13 +102,14 @@ class World:
     """A row-written OpenCode DB, a store and a fake ``opencode``: each run plays one script
     step (a function writing the rows that run would write) and exits with its status."""
 
-    def __init__(self, tmp: Path, policy: dict | None = None) -> None:
+    def __init__(self, tmp: Path, policy: dict | None = None, **tables: Any) -> None:
         self.rows = OpenCodeRows(tmp / "opencode.db")
         self.rows.commit()
         self.db_path = tmp / "opencode.db"
         self.store = Store.open(tmp / "store.db")
         self.clock = FakeClock(from_epoch_ms(self.rows.clock))
         self.policy = load_policy(policy or {})
+        self.config = parse_config(replace(Settings(), policy=policy or {}, **tables))
         self.spawned: list[Spawned] = []
         self.steps: list[Callable[[Spawned], int]] = []
         self.session_id: str | None = None
@@ -124,7 +127,7 @@ class World:
     def runner(self, argv: list[str] | None = None) -> Runner:
         argv = argv or ["opencode", "run", "say", "hello"]
         return Runner(parse_run(argv), argv, self.store, lambda: OpenCodeDB.open(self.db_path),
-                      self.policy, self.clock, spawn=self.spawn, env={}, cwd="/work/project",
+                      self.config, self.clock, spawn=self.spawn, env={}, cwd="/work/project",
                       err=self.err, pause=self.clock.advance)
 
     # -- what a run writes --------------------------------------------------------------------
@@ -161,6 +164,10 @@ class World:
             self.rows.assistant(self.session_id, last_user, finish=None, text="",
                                 error=disconnect())
             return 1
+        if reply == "quota":
+            quota = api_error("You exceeded your current quota (insufficient_quota)", status=429)
+            self.rows.assistant(self.session_id, last_user, finish=None, text="", error=quota)
+            return 1
         if reply == "401":
             self.rows.assistant(self.session_id, last_user, finish=None, text="",
                                 error=api_error("Invalid API key", status=401, retryable=False))
@@ -190,6 +197,27 @@ def test_a_blank_reply_is_continued_once_in_the_same_turn(world: World):
     (injection,) = world.store.injections(world.session_id)
     assert injection.state == "confirmed" and injection.turn_id == world.turn
     assert "autoretry: blank reply — continuing now (1/2)" in world.err.getvalue()
+
+
+def test_a_hard_quota_switches_to_the_fallback_model(tmp_path: Path):
+    """exec judges with the daemon's decision path, [fallback] included (issue 18: it built
+    its judge without it, so a headless run never switched models)."""
+    world = World(tmp_path, fallback={"fake/fake-model": ["fake/fake-b"]})
+    world.steps = [world.first("quota"), world.continued("normal")]
+    assert world.runner().execute() == 0
+    first, second = world.spawned
+    assert second.argv[:5] == ["opencode", "run", "--session", world.session_id,
+                               "--model=fake/fake-b"]
+    [decision] = world.store.decisions(world.session_id)
+    assert decision.action == "inject" and "switched fake/fake-model → fake/fake-b" in (
+        decision.reason)
+    assert "switched fake/fake-model → fake/fake-b" in world.err.getvalue()
+
+
+def test_a_hard_quota_without_fallback_is_not_continued(world: World):
+    world.steps = [world.first("quota")]
+    assert world.runner().execute() == 1
+    assert len(world.spawned) == 1
 
 
 def test_three_blank_replies_give_up_with_75_after_two_continuations(world: World):

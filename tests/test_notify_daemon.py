@@ -40,8 +40,8 @@ def harness(tmp_path: Path, **notify: Any) -> tuple[Harness, FakeNotifier]:
 
 def with_notifier(h: Harness) -> FakeNotifier:
     fake = FakeNotifier()
-    h.loop = Loop(h.settings, h.store, h.bridge, lambda: OpenCodeDB.open(h.settings.opencode_db),
-                  h.timers, h.clock, h.policy, rand=lambda: 0.0, pid=999, notifier=fake)
+    h.loop = Loop(h.config, h.store, h.bridge, lambda: OpenCodeDB.open(h.settings.opencode_db),
+                  h.timers, h.clock, rand=lambda: 0.0, pid=999, notifier=fake)
     h.loop.recovery.rebuild(h.clock.now())
     h.hello()
     return fake

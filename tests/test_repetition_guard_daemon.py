@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from daemon_fakes import CONN, Harness  # noqa: E402
 
+from opencode_autoretry.config.load import parse_config  # noqa: E402
 from opencode_autoretry.config.settings import SettingsError  # noqa: E402
 from opencode_autoretry.daemon.repetition.guard import RepetitionGuard  # noqa: E402
 from opencode_autoretry.daemon.repetition.watch import RepetitionWatch  # noqa: E402
@@ -183,15 +184,13 @@ def test_hello_gets_the_penalties_and_the_recent_trims(tmp_path):
     ]
 
 
-def test_for_loop_reads_the_penalties_from_the_settings(tmp_path):
-    h = Harness(tmp_path)
-    table = {"penalties": {"p": {"presence_penalty": 1}}}
-    h.loop.settings = replace(h.loop.settings, repetition=table)
+def test_for_loop_reads_the_penalties_from_the_config(tmp_path):
+    h = Harness(tmp_path, repetition={"penalties": {"p": {"presence_penalty": 1}}})
     guard = RepetitionGuard.for_loop(h.loop)
     assert guard.penalties == {"p": {"presence_penalty": 1.0}}
-    h.loop.settings = replace(h.loop.settings, repetition={"penalties": {"p": {"x": 1}}})
-    with pytest.raises(SettingsError):
-        RepetitionGuard.for_loop(h.loop)
+    bad = replace(h.settings, repetition={"penalties": {"p": {"x": 1}}})
+    with pytest.raises(SettingsError):  # refused where the config is parsed, before any loop
+        parse_config(bad)
 
 
 def test_hello_without_penalties_sends_no_config(tmp_path):

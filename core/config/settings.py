@@ -1,7 +1,7 @@
 """Settings, resolved once: command-line flags > ``AUTORETRY_*`` env > config.toml > defaults.
 
-The retry policy tables (``[budgets.*]``, ``[providers.*]``, ``[messages]``) are kept raw here
-and validated by ``decisions.budget.load_policy``; this module validates the rest.
+This module validates the top-level keys and ``[stall]``; the other tables are kept raw here and
+validated, all at once, by ``config.load.parse_config`` into the one typed ``Config``.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 import tomllib
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -28,8 +29,30 @@ STALL_KEYS = {"subagents": "stall_subagents"}
 UNATTENDED_TABLES = ("notify", "fallback")
 
 
-class SettingsError(ValueError):
-    """Bad configuration: the message names the file or variable and the key."""
+class ConfigError(ValueError):
+    """Bad configuration: one line naming the key path, what was found and what is expected.
+
+    Every table's own error (``PolicyError``, ``NotifyConfigError``, ``FallbackError``, ...) is
+    one, so ``run``, ``exec``, ``doctor``, ``status`` and ``notify test`` catch this one type."""
+
+
+MAX_LINE_CHARS = 500
+
+
+def config_line(error: ConfigError) -> str:
+    """The error as one printable line: TOML keys and strings may hold control characters
+    (an escape sequence must not reach a terminal, nor a newline split the log line)."""
+    text = "".join(
+        ch if ch == " " or unicodedata.category(ch)[0] not in "CZ"
+        else ch.encode("unicode_escape").decode("ascii")
+        for ch in str(error)
+    )
+    return text if len(text) <= MAX_LINE_CHARS else f"{text[:MAX_LINE_CHARS]}… (cut)"
+
+
+class SettingsError(ConfigError):
+    """Bad top-level key, ``[stall]`` key, ``AUTORETRY_*`` variable or flag, or an unreadable
+    file: the message names the file or variable and the key."""
 
 
 @dataclass(frozen=True)
@@ -54,7 +77,15 @@ class Settings:
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
 _RAW_TABLES = {"policy", REPETITION_TABLE, TODOS_TABLE, *UNATTENDED_TABLES}
-_POSITIVE = {"poll_interval", "tick_interval", "stall_timeout", "runaway_steps"}
+#: What a user could want, documented in README "Configuration" (issue 18): a longer interval
+#: is a typo, a shorter one spins a core; 1e300 s overflowed the loop's timer and killed the
+#: DB tailer's thread before these bounds.
+RANGES: Mapping[str, tuple[float, float]] = {
+    "poll_interval": (0.1, 3600.0),  # seconds between fallback DB polls
+    "tick_interval": (0.05, 60.0),  # seconds between stall/deadline checks
+    "stall_timeout": (1.0, 86400.0),  # seconds busy without progress
+    "runaway_steps": (2, 1000),  # consecutive empty steps
+}
 
 
 def _field_types() -> dict[str, str]:
@@ -80,8 +111,12 @@ def _coerce(name: str, raw: object, origin: str) -> object:
         raise SettingsError(f"{origin}: {name} = {_brief(raw)} is not a valid {kind}") from exc
     if not math.isfinite(value):  # found by fuzzing: nan/inf intervals spin or kill the loop
         raise SettingsError(f"{origin}: {name} must be a finite number, got {_brief(raw)}")
-    if name in _POSITIVE and value <= 0:
-        raise SettingsError(f"{origin}: {name} must be greater than 0, got {_brief(raw)}")
+    low, high = RANGES[name]
+    if not low <= value <= high:
+        sign = "greater than 0, " if value <= 0 else ""
+        raise SettingsError(
+            f"{origin}: {name} must be {sign}from {low:g} to {high:g}, got {_brief(raw)}"
+        )
     return value
 
 
@@ -128,6 +163,10 @@ def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:
                                         REPETITION_TABLE, TODOS_TABLE, STALL_TABLE,
                                         *UNATTENDED_TABLES]))
             raise SettingsError(f"{origin}: unknown key {key!r} (known: {choices})")
+        if known[key] in ("float", "int") and (isinstance(raw, bool) or
+                                               not isinstance(raw, int | float)):
+            # A TOML string or boolean is a mistake here (only env values are text).
+            raise SettingsError(f"{origin}: {key} must be a number, got {_brief(raw)}")
         values[key] = _coerce(key, raw, origin)
     return values
 
@@ -158,6 +197,11 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, object]:
     return values
 
 
+def config_file_for(environ: Mapping[str, str], config_path: Path | None = None) -> Path:
+    """The config file read: ``--config``, else ``$AUTORETRY_CONFIG``, else the XDG default."""
+    return config_path or Path(environ.get("AUTORETRY_CONFIG") or paths.config_file())
+
+
 def resolve(
     flags: Mapping[str, object] | None = None,
     environ: Mapping[str, str] | None = None,
@@ -165,7 +209,7 @@ def resolve(
 ) -> Settings:
     """Build the one Settings object: flags > env > config file > defaults."""
     env = os.environ if environ is None else environ
-    path = config_path or Path(env.get("AUTORETRY_CONFIG") or paths.config_file())
+    path = config_file_for(env, config_path)
     table = read_config_file(path)
     values = _from_file(table, str(path))
     values.update(_from_env(env))

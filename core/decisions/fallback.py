@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from opencode_autoretry.causes import Cause, Facts, ModelSwitch
+from opencode_autoretry.config.settings import ConfigError
 from opencode_autoretry.decisions.budget import DecisionContext, live_refusal
 from opencode_autoretry.decisions.error_kinds import usage_limited
 from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS, Policy, fill
@@ -43,7 +44,7 @@ MODEL_BOUND_GROUPS: frozenset[BudgetGroup] = INTERRUPTION_GROUPS - {BudgetGroup.
 _MODEL = re.compile(r"^[^/\s]+/\S+$")
 
 
-class FallbackError(ValueError):
+class FallbackError(ConfigError):
     """Bad ``[fallback]`` table, or a fallback model OpenCode does not know; names it."""
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import Any
 
+from opencode_autoretry.config.settings import ConfigError
 from opencode_autoretry.models import BudgetGroup, Kind
 
 #: Error groups that share the per-turn "interruption" cap on top of their own caps.
@@ -35,7 +36,7 @@ MAX_DELAY_CEILING = 24 * 3600.0
 MAX_MESSAGE_CHARS = 2000
 
 
-class PolicyError(ValueError):
+class PolicyError(ConfigError):
     """Bad ``[budgets]`` / ``[providers]`` / ``[messages]`` configuration; names the key path."""
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from opencode_autoretry.config.settings import ConfigError
+
 EVENTS = ("gave_up", "terminal", "loop_stopped", "stall_unrecovered", "recovered")
 DEFAULT_EVENTS: frozenset[str] = frozenset(EVENTS) - {"recovered"}
 FORMATS = ("json", "slack", "ntfy")
@@ -23,7 +25,7 @@ DEFAULT_TIMEOUT_S = 10.0
 _KEYS = ("desktop", "command", "webhook", "webhook_format", "events", "max_per_hour", "timeout")
 
 
-class NotifyConfigError(ValueError):
+class NotifyConfigError(ConfigError):
     """Bad ``[notify]`` configuration; the message names the key path."""
 
 
@@ -87,7 +89,21 @@ def _webhook(value: object, path: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         shown = redact_url(value)
         raise NotifyConfigError(f"{path} must be an http:// or https:// URL, got {shown}")
+    try:  # found by a user: port 99999 passed here, then crashed `notify test` and the daemon
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise NotifyConfigError(f"{path} must have a port from 1 to 65535, got "
+                                f"{_port_text(parts.netloc)!r}")
     return value
+
+
+def _port_text(netloc: str) -> str:
+    """What follows the host's last ':' (never the userinfo, which may hold a password)."""
+    host = netloc.rpartition("@")[2]
+    return host.rpartition("]")[2].rpartition(":")[2] if ":" in host.rpartition("]")[2] else ""
+
 
 
 def _choice(value: object, choices: Iterable[str], path: str) -> str:
@@ -152,7 +168,10 @@ def redact_url(url: str) -> str:
     """``https://hooks.slack.com/…``: the scheme and host only; paths and queries are secrets."""
     parts = urlsplit(url)
     host = parts.hostname or "?"
-    port = f":{parts.port}" if parts.port else ""
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:  # out of range: refused by load_notify, never to crash a log line
+        port = ""
     return f"{parts.scheme or '?'}://{host}{port}/…"
 
 

@@ -34,7 +34,8 @@ Exit status:
   75   autoretry gave up on a recoverable failure (budget exhausted)
   N    the command's own status when it failed in a way autoretry does not
        recover (401, usage limit, crash, autoretry off)
-  2    usage error (no command, not `opencode run`, --attach, --interactive)
+  2    usage error (no command, not `opencode run`, --attach, --interactive) or a bad
+       config.toml (one line naming the key)
 """
 
 
@@ -47,7 +48,6 @@ def exec_command(app: AppContext, verbose: bool, command: tuple[str, ...]) -> No
     # Imported when it runs: `autoretry --help` must not load the store or the classifier.
     from opencode_autoretry.clock import SystemClock
     from opencode_autoretry.daemon.headless.run import Runner, install_signals, say
-    from opencode_autoretry.decisions.policy import PolicyError, load_policy
     from opencode_autoretry.opencode.db import OpenCodeDB
     from opencode_autoretry.opencode.run_args import RunArgsError, parse_run
     from opencode_autoretry.store.database import Store, StoreError
@@ -57,16 +57,15 @@ def exec_command(app: AppContext, verbose: bool, command: tuple[str, ...]) -> No
     except RunArgsError as exc:
         say(sys.stderr, f"usage: {exc}")
         sys.exit(EXIT_USAGE)
-    settings = app.settings()
+    config = app.config()  # a bad one: its one line, exit 2, before the run starts
+    settings = config.settings
     try:
-        policy = load_policy(settings.policy)
         store = Store.open(settings.store)
-    except (StoreError, PolicyError) as exc:
+    except StoreError as exc:
         say(sys.stderr, str(exc))
         sys.exit(EXIT_USAGE)
     runner = Runner(run, list(command), store, lambda: OpenCodeDB.open(settings.opencode_db),
-                    policy, SystemClock(), enabled=settings.enabled,
-                    runaway_steps=settings.runaway_steps, rand=random.random, verbose=verbose)
+                    config, SystemClock(), rand=random.random, verbose=verbose)
     install_signals(runner)
     try:
         status = runner.execute()

@@ -30,10 +30,10 @@ from types import FrameType
 from typing import IO, Any
 
 from opencode_autoretry.clock import Clock
+from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon.actions import Actions, Recovery
-from opencode_autoretry.daemon.judge import Judge, Owner
+from opencode_autoretry.daemon.judge import Owner, judge_for
 from opencode_autoretry.daemon.sessions import Sessions
-from opencode_autoretry.decisions.policy import Policy
 from opencode_autoretry.models import Action, Kind, LiveFacts, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
@@ -152,7 +152,7 @@ class Runner:
 
     def __init__(
         self, run: RunArgs, argv: list[str], store: Store, open_db: Callable[[], OpenCodeDB],
-        policy: Policy, clock: Clock, *, enabled: bool = True, runaway_steps: int = 6,
+        config: Config, clock: Clock, *,
         spawn: Spawn = subprocess.Popen, env: Mapping[str, str] | None = None,
         cwd: str | None = None, err: IO[str] = sys.stderr,
         rand: Callable[[], float] = lambda: 0.5, stop: threading.Event | None = None,
@@ -173,8 +173,7 @@ class Runner:
         self.hand = CliHand(run, self._env, cwd, spawn, err)
         self.actions = Actions(store, self.hand, self.db, NoTimers(), self.sessions)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, NoTimers())
-        self.judge = Judge(store, self.db, policy, enabled=enabled,
-                           runaway_steps=runaway_steps, rand=rand)
+        self.judge = judge_for(config, store, self.db, rand=rand)  # the daemon's, [fallback] too
         self.child: subprocess.Popen[bytes] | None = None
         self.continuations = 0
 

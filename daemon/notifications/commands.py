@@ -25,13 +25,9 @@ def notify() -> None:
 def test_command(app: AppContext) -> None:
     """Send one test event to every configured channel and print each result."""
     from opencode_autoretry.daemon.notifications.notifier import cleartext_warning, send_test
-    from opencode_autoretry.notifications.config import NotifyConfigError, load_notify
     from opencode_autoretry.notifications.events import Notification, NotifyEvent
 
-    try:
-        config = load_notify(app.settings().notify)
-    except NotifyConfigError as exc:
-        raise click.UsageError(str(exc)) from exc
+    config = app.config().notify  # a bad config: its one line, exit 2 (as every command)
     if not config.channels:
         raise click.UsageError("no channel configured: set desktop, command or webhook in "
                                "[notify] of config.toml")

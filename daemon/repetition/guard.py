@@ -29,7 +29,6 @@ from opencode_autoretry.daemon.repetition.watch import LoopFound, RepetitionWatc
 from opencode_autoretry.daemon.sessions import Sessions, SessionView
 from opencode_autoretry.models import Action, Decision, LiveFacts, Turn, Verdict
 from opencode_autoretry.plugin_bridge.protocol import Config, Trim
-from opencode_autoretry.repetition.penalties import load_penalties
 from opencode_autoretry.store.database import Store
 
 log = logging.getLogger(__name__)
@@ -40,7 +39,6 @@ WATCHED_EVENTS = frozenset(
 )
 TRIM_RESEND_WINDOW = timedelta(days=7)  # trims older than this are not re-sent on hello
 TRIM_RESEND_MAX = 2000  # = the bridge's TRIM_LIMIT
-
 Decide = Callable[[SessionView, Turn, Verdict, LiveFacts, datetime], Decision]
 
 
@@ -67,11 +65,11 @@ class RepetitionGuard:
 
     @classmethod
     def for_loop(cls, loop: Any) -> RepetitionGuard:
-        """Built from the daemon loop's own parts (one line in ``Loop.__init__``); raises
-        SettingsError for a bad ``[repetition]`` table, so a bad config stops the start."""
+        """Built from the daemon loop's own parts (one line in ``Loop.__init__``), with the
+        penalties of its (already validated) ``Config``."""
         return cls(
             RepetitionWatch(), loop.store, loop.actions, loop.sessions, loop.db, loop._decide,
-            loop._bridge, penalties=load_penalties(loop.settings.repetition),
+            loop._bridge, penalties=loop.config.penalties,
         )
 
     def on_event(

@@ -37,7 +37,6 @@ from opencode_autoretry.todos.continuation import (
     Todo,
     TodoConfig,
     countdown_toast,
-    load_todo_config,
     signature,
     todo_verdict,
 )
@@ -77,9 +76,9 @@ class TodoGuard:
 
     @classmethod
     def for_loop(cls, loop: Any) -> TodoGuard:
-        """Built from the loop's parts; raises SettingsError for a bad ``[todos]`` table."""
+        """Built from the loop's parts, with the ``[todos]`` of its (validated) ``Config``."""
         return cls(
-            load_todo_config(loop.settings.todos), loop.store, loop.actions, loop.db,
+            loop.config.todos, loop.store, loop.actions, loop.db,
             loop._decide, lambda now, sid: loop.recovery.send_due(now, sid),
         )
 

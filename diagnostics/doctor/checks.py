@@ -1,7 +1,8 @@
 """The checks of ``autoretry doctor``: each looks at one part and says what to do about it.
 
 A check returns one ``Check`` (``ok``, ``warn`` or ``fail``, a one-line detail and, unless
-ok, a one-line fix). Only ``fail`` makes ``doctor`` exit 1: a warning is something that works
+ok, a one-line fix). Only ``fail`` makes ``doctor`` exit 1 (2 for a bad config, as every
+command): a warning is something that works
 but deserves a look (an untested OpenCode version, an OpenCode process started before the
 bridge was installed, bad lines a bridge sent).
 """
@@ -16,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from opencode_autoretry.config import paths
-from opencode_autoretry.config.settings import Settings, SettingsError
-from opencode_autoretry.decisions.policy import PolicyError, load_policy
+from opencode_autoretry.config.load import parse_config
+from opencode_autoretry.config.settings import ConfigError, Settings, config_line
 from opencode_autoretry.diagnostics.doctor.machine import Machine
 from opencode_autoretry.opencode import versions
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.plugin_bridge import install as installer
-from opencode_autoretry.repetition.penalties import load_penalties
 from opencode_autoretry.store.database import STALE_HEARTBEAT, Heartbeat
 
 SERVICE = "opencode-autoretry.service"
@@ -51,7 +51,7 @@ class Subject:
     """What doctor looks at: the resolved settings and what the daemon last wrote."""
 
     settings: Settings
-    settings_error: str | None
+    settings_error: str | None  # the one line of a bad config (``config.load``), as run says it
     opencode_config: Path
     opencode_bin: str | None  # --opencode, else looked up on PATH
     heartbeat: Heartbeat | None
@@ -74,14 +74,17 @@ def fail(name: str, detail: str, fix: str) -> Check:
 
 
 def check_config(subject: Subject) -> Check:
-    if subject.settings_error:
-        return fail("config", subject.settings_error, "fix the key named above in config.toml "
-                    "(or the AUTORETRY_* variable)")
-    try:
-        load_policy(subject.settings.policy)
-        load_penalties(subject.settings.repetition)
-    except (PolicyError, SettingsError) as exc:
-        return fail("config", str(exc), "fix the key named above in config.toml")
+    """The config as ``run`` loads it (``config.load.load_config``): the same refusal, the
+    same line."""
+    error = subject.settings_error
+    if error is None:
+        try:  # settings resolved elsewhere (tests, a caller): their tables, parsed as run does
+            parse_config(subject.settings)
+        except ConfigError as exc:
+            error = config_line(exc)
+    if error is not None:
+        return fail("config", error, "fix the key named above in config.toml (or the "
+                    "AUTORETRY_* variable or flag); see README, Configuration")
     return ok("config", "valid")
 
 

@@ -25,7 +25,9 @@ def doctor_command(
     app: AppContext, as_json: bool, opencode_bin: str | None, config_dir: Path | None
 ) -> None:
     """Check the set-up: OpenCode and its DB, the bridge, the daemon, the service, the socket,
-    the state files and the config. Prints a fix for every problem; exits 1 if one failed."""
+    the state files and the config. Prints a fix for every problem; exits 1 if one failed,
+    2 if the config is bad (as every command)."""
+    from opencode_autoretry.cli.context import EXIT_BAD_CONFIG
     from opencode_autoretry.diagnostics.doctor.checks import Status
     from opencode_autoretry.diagnostics.doctor.machine import Machine
     from opencode_autoretry.diagnostics.doctor.report import (
@@ -40,6 +42,8 @@ def doctor_command(
         click.echo(json.dumps(doctor_json(checks), indent=2))
     else:
         click.echo(render_doctor(checks))
+    if any(check.name == "config" and check.status is Status.FAIL for check in checks):
+        raise SystemExit(EXIT_BAD_CONFIG)  # as run, exec, status and notify test
     if any(check.status is Status.FAIL for check in checks):
         raise SystemExit(1)
 

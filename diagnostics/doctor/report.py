@@ -1,6 +1,7 @@
 """``autoretry doctor [--json]``: is everything in place, and what to do where it is not.
 
-Exit 0 when no check failed (warnings allowed), 1 when one did. ``--json`` shape (stable;
+Exit 0 when no check failed (warnings allowed), 1 when one did, 2 when the config is bad (the
+exit status of every command for a bad config). ``--json`` shape (stable;
 ``version`` bumps on incompatible change)::
 
     {"report": "doctor", "version": 1, "ok": bool, "summary": str,
@@ -15,10 +16,9 @@ import sqlite3
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import click
-
+from opencode_autoretry.cli.context import AppContext, BadConfig
 from opencode_autoretry.config import paths
 from opencode_autoretry.config.settings import Settings
 from opencode_autoretry.diagnostics.doctor.checks import (
@@ -40,9 +40,6 @@ from opencode_autoretry.diagnostics.doctor.checks import (
 from opencode_autoretry.diagnostics.doctor.machine import Machine
 from opencode_autoretry.store.database import Heartbeat, StoreError, StoreView
 
-if TYPE_CHECKING:  # cli.py imports this module while it attaches the commands
-    from opencode_autoretry.cli.context import AppContext
-
 REPORT_VERSION = 1
 _MARK = {Status.OK: "ok  ", Status.WARN: "warn", Status.FAIL: "FAIL"}
 
@@ -63,13 +60,17 @@ def read_heartbeat(store: Path) -> tuple[Heartbeat | None, str | None]:
 def subject_for(
     app: AppContext, opencode_bin: str | None, opencode_config: Path | None
 ) -> Subject:
-    """Resolved settings (the defaults when the configuration is bad, so the other checks
-    still run) and the daemon's last heartbeat."""
+    """The config loaded as ``run`` loads it, its settings (the defaults when the top level is
+    bad, so the other checks still run) and the daemon's last heartbeat."""
     error = None
     try:
-        settings = app.settings()
-    except click.UsageError as exc:
-        settings, error = Settings(), exc.format_message()
+        settings = app.config().settings
+    except BadConfig as exc:
+        error = exc.format_message()
+        try:  # a bad table: the paths of the top level still point the other checks
+            settings = app.settings()
+        except BadConfig:
+            settings = Settings()
     beat, store_error = read_heartbeat(settings.store)
     return Subject(
         settings=settings,

@@ -23,6 +23,7 @@ from daemon_process import FAST_CONFIG
 from fake_exec import install as install_exec_faults
 from fake_faults import install as install_faults
 from fake_provider import NORMAL_TEXT
+from fake_unattended import install as install_unattended
 
 from opencode_autoretry.store.database import StoreView
 
@@ -259,3 +260,32 @@ def test_exec_overhead_per_continuation(opencode_bin, opencode_home, faults, exe
     print(f"\nexec overhead per continuation: median {totals[1]:.2f} s {totals} "
           f"(exec's own part: median {own[1] * 1000:.0f} ms {own})", file=sys.stderr)
     assert all(t > 0 for t in totals), "the continuation's request follows the decision"
+
+
+# -- [fallback]: exec switches models as the daemon does (issue 18) --------------------------
+
+
+@pytest.mark.opencode("quota_is_final")
+def test_a_hard_quota_continues_on_the_fallback_model(
+    opencode_bin, opencode_home, faults, exec_home, socket_path
+):
+    """exec builds its decision path from the same Config as the daemon, ``[fallback]``
+    included: a hard quota on fake-model is continued once on fake-b, which answers."""
+    install_unattended(faults)
+    config = exec_home / "config.toml"
+    config.write_text(config.read_text() + '\n[fallback]\n"fake/fake-model" = ["fake/fake-b"]\n')
+    result = run_exec(opencode_bin, opencode_home, exec_home, socket_path,
+                      "--model", "fake/fake-model", "say hello [[s:quota429]]")
+    assert result.status == 0, result.stderr
+    assert NORMAL_TEXT.strip() in result.stdout
+    requests = model_requests(faults)
+    failed = [r for r in requests if r.behaviour == "quota429"]
+    assert failed and {r.model for r in failed} == {"fake-model"}, result.stderr
+    assert (requests[-1].behaviour, requests[-1].model) == ("normal", "fake-b"), result.stderr
+    assert requests[-1].last_user_text.startswith("Continue.")
+    assert "switched fake/fake-model → fake/fake-b" in result.stderr
+    (injection,) = result.injections()
+    assert injection.state == "confirmed"
+    [switch] = [d for d in result.decisions() if d.action == "inject"]
+    assert "usage limit on fake/fake-model: switched fake/fake-model → fake/fake-b" in (
+        switch.reason)
