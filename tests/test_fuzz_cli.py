@@ -105,6 +105,7 @@ LONG = "a" * 5000
     (["--store", "", "on"], 2),  # the store cannot be opened: one line, not a traceback
     (["--store", "", "status"], 2),
     (["--db", LONG, "diagnose"], 2),  # ENAMETOOLONG
+    (["--db", "\udcff\udcfe", "diagnose"], 2),  # the index's key hashed a non-UTF-8 path
     (["--config", LONG, "status"], 2),
     (["--store", LONG, "trace"], 2),
 ])

@@ -22,6 +22,7 @@ index" to the caller, which then scans (reports never depend on the index to be 
 from __future__ import annotations
 
 import hashlib
+import os
 import sqlite3
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -78,7 +79,8 @@ class CorruptIndex(IndexError_):
 
 def index_file(state_dir: Path, db_path: Path) -> Path:
     """Where the index of ``db_path`` lives (one file per OpenCode DB)."""
-    key = hashlib.sha1(str(Path(db_path).expanduser().resolve()).encode()).hexdigest()[:16]
+    # fsencode: a path from the shell may hold bytes that are not UTF-8 (surrogate escapes).
+    key = hashlib.sha1(os.fsencode(Path(db_path).expanduser().resolve())).hexdigest()[:16]
     return state_dir / "report-index" / f"{key}.sqlite3"
 
 
