@@ -39,6 +39,7 @@ from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
 from opencode_autoretry.daemon.parts import STORE, PartHealth
 from opencode_autoretry.daemon.reattach import adopt_named
 from opencode_autoretry.daemon.repetition.guard import RepetitionGuard
+from opencode_autoretry.daemon.repetition.watch import RepetitionWatch
 from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import (
     BUSY,
@@ -108,8 +109,16 @@ class Loop:
         self.actions = Actions(store, bridge, self.db, timers, self.sessions)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
-        self.repetition = RepetitionGuard.for_loop(self)  # issue 6: loops in streams
-        self.todos = TodoGuard.for_loop(self)  # issue 9: healthy ends with todos left
+        # issue 6: loops in streams; issue 9: healthy ends with todos left. Both decide through
+        # the loop's one decision path (``_decide``) and act through its one performer.
+        self.repetition = RepetitionGuard(
+            RepetitionWatch(), store, self.actions, self.sessions, self.db, self._decide,
+            bridge, penalties=config.penalties,
+        )
+        self.todos = TodoGuard(
+            config.todos, store, self.actions, self.db, self._decide,
+            lambda now, sid: self.recovery.send_due(now, sid),
+        )
         self.subagents = SubagentStalls(self.db, store, settings.stall_timeout)  # issue 9
         self.judge = judge_for(config, store, self.db, rand=rand, scope=self.subagents.scope)
         self.notifications = Notifications(store, self.db, config.notify, notifier)

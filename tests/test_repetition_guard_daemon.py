@@ -184,9 +184,9 @@ def test_hello_gets_the_penalties_and_the_recent_trims(tmp_path):
     ]
 
 
-def test_for_loop_reads_the_penalties_from_the_config(tmp_path):
+def test_the_loop_gives_the_guard_the_penalties_of_the_config(tmp_path):
     h = Harness(tmp_path, repetition={"penalties": {"p": {"presence_penalty": 1}}})
-    guard = RepetitionGuard.for_loop(h.loop)
+    guard = h.loop.repetition
     assert guard.penalties == {"p": {"presence_penalty": 1.0}}
     bad = replace(h.settings, repetition={"penalties": {"p": {"x": 1}}})
     with pytest.raises(SettingsError):  # refused where the config is parsed, before any loop

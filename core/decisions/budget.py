@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from opencode_autoretry.causes import Cause, Facts
+from opencode_autoretry.decisions.gates import waiting_on_user
 from opencode_autoretry.decisions.policy import (
     INTERRUPTION_GROUPS,
     INTERRUPTION_LABELS,
@@ -216,15 +217,10 @@ def _gate(ledger: TurnLedger, verdict: Verdict, context: DecisionContext) -> _Re
 def live_refusal(live: LiveFacts) -> Cause | None:
     """The user (or OpenCode itself) has the session: a permission or question to answer,
     a busy subagent, OpenCode's own retries."""
-    if live.permission_pending:
-        return Cause.WAITING_PERMISSION
-    if live.question_pending:
-        return Cause.WAITING_QUESTION
-    if live.child_busy:
-        return Cause.WAITING_CHILD
-    if live.retrying:
+    waiting = waiting_on_user(live)
+    if waiting is None and live.retrying:
         return Cause.OPENCODE_RETRYING
-    return None
+    return waiting
 
 
 def _pending_gate(

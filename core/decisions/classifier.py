@@ -22,7 +22,9 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.decisions.error_kinds import classify_error
+from opencode_autoretry.decisions.gates import waiting_on_user
 from opencode_autoretry.decisions.retry_hint import retry_hint_ms
 from opencode_autoretry.models import (
     ErrorInfo,
@@ -139,13 +141,15 @@ def _live_wait(live: LiveFacts | None) -> str | None:
         return "OpenCode is retrying the request itself"
     if live.busy:
         return "OpenCode is working on the turn"
-    if live.permission_pending:
-        return "waiting for a permission answer"
-    if live.question_pending:
-        return "waiting for the user to answer a question"
-    if live.child_busy:
-        return "a subagent session is still busy"
-    return None
+    waiting = waiting_on_user(live)
+    return None if waiting is None else _WAITING_WORDS[waiting]
+
+
+_WAITING_WORDS = {
+    Cause.WAITING_PERMISSION: "waiting for a permission answer",
+    Cause.WAITING_QUESTION: "waiting for the user to answer a question",
+    Cause.WAITING_CHILD: "a subagent session is still busy",
+}
 
 
 def _finish(step: Message) -> str | None:

@@ -25,8 +25,9 @@ from typing import Any
 
 from opencode_autoretry.causes import Cause, Facts, ModelSwitch
 from opencode_autoretry.config.settings import ConfigError
-from opencode_autoretry.decisions.budget import DecisionContext, live_refusal
+from opencode_autoretry.decisions.budget import DecisionContext
 from opencode_autoretry.decisions.error_kinds import usage_limited
+from opencode_autoretry.decisions.gates import waiting_on_user
 from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS, Policy, fill
 from opencode_autoretry.models import (
     Action,
@@ -158,8 +159,7 @@ def revise(
     cause = bound_cause(decision, verdict)
     if cause is None or context.is_child is not False or not context.enabled:
         return decision, ledger
-    if live_refusal(context.live) in (
-            Cause.WAITING_PERMISSION, Cause.WAITING_QUESTION, Cause.WAITING_CHILD):
+    if waiting_on_user(context.live) is not None:
         return decision, ledger
     if verdict.message_id is not None and verdict.message_id in ledger.handled:
         facts = replace(decision.facts, failure_id=verdict.message_id)

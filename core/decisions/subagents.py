@@ -22,6 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from opencode_autoretry.causes import Cause, Facts, skip_words
+from opencode_autoretry.decisions.gates import waiting_on_user
 from opencode_autoretry.models import Action, Decision, Kind, LiveFacts, TurnLedger, Verdict
 
 #: What a skip says when ``[stall] subagents = false`` leaves a hung child alone.
@@ -39,16 +40,6 @@ def whole_seconds(seconds: float | None) -> int | None:
     return None if seconds is None else int(f"{seconds:.0f}")
 
 
-def _live_refusal(live: LiveFacts) -> Cause | None:
-    if live.permission_pending:
-        return Cause.WAITING_PERMISSION
-    if live.question_pending:
-        return Cause.WAITING_QUESTION
-    if live.child_busy:
-        return Cause.WAITING_CHILD  # a busy subagent of its own
-    return None
-
-
 def _refusal(
     ledger: TurnLedger, *, enabled: bool, subagents: bool, is_child: bool | None,
     live: LiveFacts,
@@ -62,7 +53,7 @@ def _refusal(
         return Cause.PARENT_UNKNOWN
     if not is_child:
         return Cause.NOT_A_CHILD
-    waiting = _live_refusal(live)
+    waiting = waiting_on_user(live)  # its own question, permission or busy subagent
     if waiting is not None:
         return waiting
     if ledger.handled:

@@ -63,15 +63,6 @@ class RepetitionGuard:
         self._bridge = bridge
         self.penalties = dict(penalties or {})
 
-    @classmethod
-    def for_loop(cls, loop: Any) -> RepetitionGuard:
-        """Built from the daemon loop's own parts (one line in ``Loop.__init__``), with the
-        penalties of its (already validated) ``Config``."""
-        return cls(
-            RepetitionWatch(), loop.store, loop.actions, loop.sessions, loop.db, loop._decide,
-            loop._bridge, penalties=loop.config.penalties,
-        )
-
     def on_event(
         self, view: SessionView, kind: str, props: Mapping[str, Any], now: datetime
     ) -> Decision | None:

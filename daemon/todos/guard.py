@@ -74,14 +74,6 @@ class TodoGuard:
         self._aborted: set[str] = set()  # sessions whose current turn the user aborted
         self._compacted: dict[str, datetime] = {}  # session -> its last compaction event
 
-    @classmethod
-    def for_loop(cls, loop: Any) -> TodoGuard:
-        """Built from the loop's parts, with the ``[todos]`` of its (validated) ``Config``."""
-        return cls(
-            loop.config.todos, loop.store, loop.actions, loop.db,
-            loop._decide, lambda now, sid: loop.recovery.send_due(now, sid),
-        )
-
     def on_event(
         self, session_id: str, kind: str, props: Mapping[str, Any], now: datetime | None = None,
         *, ours: bool = False,
