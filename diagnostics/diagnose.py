@@ -57,6 +57,7 @@ from opencode_autoretry.diagnostics.render import (
     Style,
     dump_json,
     iso,
+    session_ref,
     short_id,
     tokens_json,
     tokens_text,
@@ -429,7 +430,7 @@ def _section(kind: Kind, items: Sequence[ClassifiedStep], style: Style, limit: i
     for item in _newest(items, limit):
         step = item.step
         lines.append(
-            f"  [{style.local(step.time_created)}] ses={short_id(step.session_id)} "
+            f"  [{style.local(step.time_created)}] ses={session_ref(step.session_id)} "
             f"msg={short_id(step.id)} finish={step.finish or '-'} {tokens_text(step.tokens)}"
         )
         lines.append(f"      {style.dim(item.verdict.reason)}")

@@ -84,6 +84,12 @@ def short_id(value: str | None, keep: int = 12) -> str:
     return value if len(value) <= keep + 4 else "…" + value[-keep:]
 
 
+def session_ref(value: str | None) -> str:
+    """A session id as ``autoretry timeline`` accepts it: in full (issue 24: a tail such as
+    ``…MPAXuBY0EWxz`` could not be pasted back)."""
+    return visible(value) if value else "-"
+
+
 def tokens_text(tokens: Tokens) -> str:
     text = f"in={tokens.input} out={tokens.output}"
     if tokens.reasoning:
