@@ -13,6 +13,7 @@ ASCII characters: ``#`` for failed steps, ``+`` for recovered ones.
       "recovered_share": float|null,            # recovered / failed turns
       "left_alone": {"switched_off", "user_abort", "waiting", "child", "no_owner",
                      "not_retryable", "other": int},
+      "ownerless_sessions": [session_id],       # the sessions of left_alone.no_owner
       "loops": {"reminded"|"replanned"|"stopped"|"skipped": int},
       "continuations": {"sent": int, "by_outcome": {"<status>": int},
                         "success_rate": float|null},  # recovered / (recovered+failed+blank)
@@ -69,6 +70,7 @@ def summary_json(summary: Summary) -> dict[str, Any]:
         "turns": dict(summary.turns),
         "recovered_share": summary.recovered_share,
         "left_alone": dict(summary.left_alone),
+        "ownerless_sessions": list(summary.ownerless_sessions),  # added in issue 24
         "loops": dict(sorted(summary.loops.items())),
         "continuations": {
             "sent": summary.continuations_sent,
