@@ -55,6 +55,21 @@ class Style:
     def dim(self, text: str) -> str:
         return self.paint(text, "bright_black")
 
+    def gained(self, text: str, count: int, out_of: int) -> str:
+        """A count of something good (recovered turns): green only when there is some; none
+        of ``out_of`` failures is a warning, none of nothing is just a number."""
+        if count > 0:
+            return self.good(text)
+        return self.warn(text) if out_of > 0 else text
+
+    def lost(self, text: str, count: int) -> str:
+        """A count of something bad: red when there is some, plain when there is none."""
+        return self.bad(text) if count > 0 else text
+
+    def pending(self, text: str, count: int) -> str:
+        """A count that waits on someone (budget used up, in progress): yellow when some."""
+        return self.warn(text) if count > 0 else text
+
     def head(self, text: str) -> str:
         return self.paint(text, "cyan", bold=True)
 
