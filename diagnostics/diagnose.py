@@ -18,7 +18,7 @@ it never waits for the GIL) while this thread classifies the batches already rea
                "finish": str|null, "tokens": {input, output, reasoning, cache_read,
                cache_write}, "error": str|null, "reason": str}]}},   # every abnormal kind
      "injections": {"count": int, "by_state": {"<state>": int}},
-     "ownerless_sessions": [session_id],
+     "ownerless_sessions": [session_id],   # sessions of the summary's no_owner turns
      "repetition_stops": {"count": int, "rows": [{"time": ISO, "session_id",
         "message_id": str|null, "turn_id": str|null, "decision_id": int, "action",
         "taken": "reminded"|"replanned"|"stopped"|"skipped", "reason": str,  # the detector's
@@ -57,6 +57,7 @@ from opencode_autoretry.diagnostics.render import (
     Style,
     dump_json,
     iso,
+    session_ref,
     short_id,
     tokens_json,
     tokens_text,
@@ -306,6 +307,9 @@ def _report(
         for kind, items in grouped.items()
     }
     stops = tuple(s for s in repetition_stops(records) if since is None or s.decision.at >= since)
+    summary = build_summary(
+        db, findings, records.since(since), stops, since=since, now=now, zone=zone
+    )
     return DiagnoseReport(
         days=days,
         since=since,
@@ -313,11 +317,9 @@ def _report(
         health=health,
         findings=findings,
         injections=dict(Counter(i.state for i in injections)),
-        ownerless=tuple(records.ownerless_sessions()),
+        ownerless=summary.ownerless_sessions,  # the summary's count, session by session
         repetition=stops,
-        summary=build_summary(
-            db, findings, records.since(since), stops, since=since, now=now, zone=zone
-        ),
+        summary=summary,
     )
 
 
@@ -429,7 +431,7 @@ def _section(kind: Kind, items: Sequence[ClassifiedStep], style: Style, limit: i
     for item in _newest(items, limit):
         step = item.step
         lines.append(
-            f"  [{style.local(step.time_created)}] ses={short_id(step.session_id)} "
+            f"  [{style.local(step.time_created)}] ses={session_ref(step.session_id)} "
             f"msg={short_id(step.id)} finish={step.finish or '-'} {tokens_text(step.tokens)}"
         )
         lines.append(f"      {style.dim(item.verdict.reason)}")
@@ -448,7 +450,10 @@ def render_diagnose(report: DiagnoseReport, style: Style, limit: int = 20) -> st
     lines.append(f"Injections by the daemon: {count}" + (f" ({states})" if states else ""))
     if report.ownerless:
         lines.append(style.warn(f"Sessions with no live owner: {len(report.ownerless)}"))
-        lines.extend(f"  {sid}" for sid in report.ownerless)
+        lines.extend(f"  {session_ref(sid)}" for sid in report.ownerless)
+        if report.summary is not None:  # the same turns the summary's "no live owner N" counts
+            turns = report.summary.left_alone["no_owner"]
+            lines.append(style.dim(f"  {turns} failed turn{'s' * (turns != 1)} left alone in them"))
     else:
         lines.append(f"Sessions with no live owner: {style.good(OK + ' none')}")
     lines.extend(_repetition_lines(report.repetition, style, limit))

@@ -56,11 +56,6 @@ class DaemonRecords:
             trims=tuple(t for t in self.trims if t.at >= cut),
         )
 
-    def ownerless_sessions(self) -> list[str]:
-        """Sessions the daemon could not act on because no live process owned them."""
-        seen = dict.fromkeys(d.session_id for d in self.decisions if d.cause in NO_OWNER)
-        return list(seen)
-
 
 def load_records(
     store: Path, session_id: str | None = None, since: datetime | None = None

@@ -55,6 +55,21 @@ class Style:
     def dim(self, text: str) -> str:
         return self.paint(text, "bright_black")
 
+    def gained(self, text: str, count: int, out_of: int) -> str:
+        """A count of something good (recovered turns): green only when there is some; none
+        of ``out_of`` failures is a warning, none of nothing is just a number."""
+        if count > 0:
+            return self.good(text)
+        return self.warn(text) if out_of > 0 else text
+
+    def lost(self, text: str, count: int) -> str:
+        """A count of something bad: red when there is some, plain when there is none."""
+        return self.bad(text) if count > 0 else text
+
+    def pending(self, text: str, count: int) -> str:
+        """A count that waits on someone (budget used up, in progress): yellow when some."""
+        return self.warn(text) if count > 0 else text
+
     def head(self, text: str) -> str:
         return self.paint(text, "cyan", bold=True)
 
@@ -82,6 +97,12 @@ def short_id(value: str | None, keep: int = 12) -> str:
         return "-"
     value = visible(value)
     return value if len(value) <= keep + 4 else "…" + value[-keep:]
+
+
+def session_ref(value: str | None) -> str:
+    """A session id as ``autoretry timeline`` accepts it: in full (issue 24: a tail such as
+    ``…MPAXuBY0EWxz`` could not be pasted back)."""
+    return visible(value) if value else "-"
 
 
 def tokens_text(tokens: Tokens) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from opencode_autoretry.causes import NOTIFY_CAUSES, Cause
 from opencode_autoretry.diagnostics.records import DaemonRecords
-from opencode_autoretry.diagnostics.render import Style, excerpt, iso, short_id
+from opencode_autoretry.diagnostics.render import Style, excerpt, iso, session_ref, short_id
 from opencode_autoretry.models import Kind, Message, Part, PartType, Role
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import DecisionRecord, InjectionRecord, TrimRecord
@@ -153,7 +153,7 @@ def stop_line(stop: RepetitionStop, style: Style) -> str:
     shown = style.paint(taken, colour.get(taken, "bright_black"))
     trimmed = f"yes (char {stop.trim.keep_chars})" if stop.trim else "no"
     return (
-        f"  [{style.local(decision.at)}] ses={short_id(decision.session_id)} "
+        f"  [{style.local(decision.at)}] ses={session_ref(decision.session_id)} "
         f"msg={short_id(decision.message_id)} {shown} trimmed={trimmed}"
     )
 
@@ -161,7 +161,8 @@ def stop_line(stop: RepetitionStop, style: Style) -> str:
 def trim_line(trim: TrimRecord, style: Style) -> str:
     decision = f" (decision #{trim.decision_id})" if trim.decision_id is not None else ""
     return (
-        f"[{style.local(trim.at)}] ses={short_id(trim.session_id)} msg={short_id(trim.message_id)}"
+        f"[{style.local(trim.at)}] ses={session_ref(trim.session_id)}"
+        f" msg={short_id(trim.message_id)}"
         f" part={short_id(trim.part_id)} kept {trim.keep_chars} chars{decision}"
         f' "{excerpt(trim.excerpt, 40)}"'
     )

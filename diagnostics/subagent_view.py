@@ -22,7 +22,7 @@ from typing import Any
 
 from opencode_autoretry.decisions.subagents import whole_seconds
 from opencode_autoretry.diagnostics.records import DaemonRecords
-from opencode_autoretry.diagnostics.render import Style, iso, short_id
+from opencode_autoretry.diagnostics.render import Style, iso, session_ref
 from opencode_autoretry.models import Kind, Role, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import DecisionRecord, StoreView
@@ -104,11 +104,11 @@ def abort_json(item: SubagentAbort) -> dict[str, Any]:
 
 def abort_lines(item: SubagentAbort, style: Style) -> list[str]:
     d = item.decision
-    parent = f" (parent ses={short_id(item.parent_id)})" if item.parent_id else ""
+    parent = f" (parent ses={session_ref(item.parent_id)})" if item.parent_id else ""
     hung = f"hung {item.hung_s} s with no progress" if item.hung_s is not None else "hung"
     colour = "green" if item.status == "resumed" else "bright_black"
     return [
-        f"[{style.local(d.at)}] ses={short_id(d.session_id)}{parent} Subagent aborted: {hung} "
+        f"[{style.local(d.at)}] ses={session_ref(d.session_id)}{parent} Subagent aborted: {hung} "
         f"(decision #{d.id}, never prompted)",
         f"    outcome: {style.paint(item.detail, colour)}",
     ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from opencode_autoretry.diagnostics.records import DaemonRecords
-from opencode_autoretry.diagnostics.render import Style, excerpt, iso, short_id
+from opencode_autoretry.diagnostics.render import Style, excerpt, iso, session_ref
 from opencode_autoretry.models import Kind, Message, PartType, Role, ToolStatus, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import DecisionRecord, InjectionRecord
@@ -133,7 +133,7 @@ def todo_lines(items: Sequence[TodoContinuation], style: Style) -> list[str]:
         injection = item.injection
         named = "; ".join(item.named) or excerpt(injection.text, 60)
         lines.append(
-            f"[{style.local(injection.created)}] ses={short_id(injection.session_id)} "
+            f"[{style.local(injection.created)}] ses={session_ref(injection.session_id)} "
             f"injection #{injection.id} ({injection.state}) named: {named}"
         )
         detail = style.paint(item.detail, colour.get(item.status, "bright_black"))

@@ -36,7 +36,7 @@ FLAGS = (
 CONSOLE = re.compile(r":CONSOLE[:(]\d*\)?\]? ?(?P<text>.*)$", re.M)
 
 PROBE = """<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>
-<iframe id="page" src="{src}" style="width:1400px;height:900px"></iframe>
+<iframe id="page" src="{src}" style="width:{width}px;height:900px;border:0"></iframe>
 <script>
 const frame = document.getElementById("page");
 frame.addEventListener("load", () => {{
@@ -58,6 +58,10 @@ frame.addEventListener("load", () => {{
   body.setAttribute("data-lanes", String(doc.querySelectorAll(".lane").length));
   body.setAttribute("data-rows", String(doc.querySelectorAll("tbody tr").length));
   body.setAttribute("data-text", doc.body.innerText.slice(0, 2000));
+  const root = doc.documentElement, axis = doc.querySelector(".axis");
+  body.setAttribute("data-overflow", String(root.scrollWidth - root.clientWidth));
+  body.setAttribute("data-view", String(root.clientWidth));
+  body.setAttribute("data-axis", String(axis ? Math.round(axis.getBoundingClientRect().width) : 0));
   body.setAttribute("data-done", "1");
 }});
 </script></body></html>
@@ -75,6 +79,9 @@ class PageCheck:
     rows: int
     text: str
     console: tuple[str, ...]
+    overflow: int = -1  # px the page is wider than the frame (0: no horizontal scroll)
+    view: int = -1  # the frame's width in px
+    axis: int = -1  # the drawn time axis's width in px
 
 
 def find_chromium() -> str | None:
@@ -86,13 +93,15 @@ def _attribute(dom: str, name: str) -> str:
     return html.unescape(found.group(1)) if found else ""
 
 
-def check_page(page: Path, chromium: str | None = None, timeout: float = 90) -> PageCheck:
+def check_page(
+    page: Path, chromium: str | None = None, timeout: float = 90, width: int = 1400
+) -> PageCheck:
     binary = chromium or find_chromium()
     if binary is None:
         raise RuntimeError("chromium is not installed")
     with tempfile.TemporaryDirectory(prefix="ar-chromium-") as scratch:
         probe = Path(scratch) / "probe.html"
-        probe.write_text(PROBE.format(src=html.escape(page.resolve().as_uri())))
+        probe.write_text(PROBE.format(src=html.escape(page.resolve().as_uri()), width=width))
         done = subprocess.run(
             [binary, *FLAGS, f"--user-data-dir={scratch}/profile", "--dump-dom", probe.as_uri()],
             capture_output=True,
@@ -116,4 +125,7 @@ def check_page(page: Path, chromium: str | None = None, timeout: float = 90) -> 
         rows=number("rows"),
         text=_attribute(dom, "text"),
         console=tuple(m.group("text") for m in CONSOLE.finditer(done.stderr)),
+        overflow=number("overflow"),
+        view=number("view"),
+        axis=number("axis"),
     )

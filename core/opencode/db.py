@@ -152,7 +152,8 @@ class OpenCodeDB:
         return found
 
     def find_sessions(self, ref: str) -> list[Session]:
-        """Sessions matching ``ref``: the exact id, else ids starting with it, else the slug."""
+        """Sessions matching ``ref``: the exact id, else ids starting with it, else the slug,
+        else ids ending with it."""
         ref = ref.strip()
         if not ref:
             return []
@@ -164,7 +165,17 @@ class OpenCodeDB:
         if by_prefix:
             return by_prefix
         by_slug = self._rows(f"{_SESSION_SELECT} WHERE slug = ? ORDER BY id LIMIT 50", (ref,))
-        return [parse_session(r) for r in by_slug]
+        if by_slug:
+            return [parse_session(r) for r in by_slug]
+        return self._sessions_ending_with(ref.lstrip("…"))
+
+    def _sessions_ending_with(self, tail: str) -> list[Session]:
+        """Sessions whose id ends with ``tail``: the ``…MPAXuBY0EWxz`` older reports printed
+        (issue 24). Too short a tail would match by chance, so it needs 6 characters."""
+        if len(tail) < 6:
+            return []
+        sql = f"{_SESSION_SELECT} WHERE substr(id, -?) = ? ORDER BY id LIMIT 50"
+        return [parse_session(r) for r in self._rows(sql, (len(tail), tail))]
 
     def closest_sessions(self, ref: str, limit: int = 5) -> list[Session]:
         """The sessions whose id or slug look most like ``ref`` (for "did you mean")."""

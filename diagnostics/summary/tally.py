@@ -103,6 +103,9 @@ class Summary:
     per_day: tuple[DayCount, ...]
     by_model: Mapping[str, Tally]
     by_kind: Mapping[str, Tally]
+    #: The sessions of the turns left alone for want of a live owner: the one list both the
+    #: summary's "no live owner N" and diagnose's "Sessions with no live owner" are drawn from.
+    ownerless_sessions: tuple[str, ...] = ()
 
     @property
     def recovered_share(self) -> float | None:
@@ -447,7 +450,16 @@ def build_summary(
         per_day=_per_day(tallies, since, now, zone),
         by_model=models,
         by_kind=kinds,
+        ownerless_sessions=_ownerless(tallies),
     )
+
+
+def _ownerless(tallies: _Tallies) -> tuple[str, ...]:
+    """Sessions with a failed turn left alone because nothing owned it, in first-failure order."""
+    return tuple(dict.fromkeys(
+        sid for (sid, _), (fate, why) in tallies.newest.items()
+        if fate == "left_alone" and why == "no_owner"
+    ))
 
 
 def _parents(db: OpenCodeDB, session_ids: set[str]) -> dict[str, str | None]:

@@ -13,6 +13,7 @@ ASCII characters: ``#`` for failed steps, ``+`` for recovered ones.
       "recovered_share": float|null,            # recovered / failed turns
       "left_alone": {"switched_off", "user_abort", "waiting", "child", "no_owner",
                      "not_retryable", "other": int},
+      "ownerless_sessions": [session_id],       # the sessions of left_alone.no_owner
       "loops": {"reminded"|"replanned"|"stopped"|"skipped": int},
       "continuations": {"sent": int, "by_outcome": {"<status>": int},
                         "success_rate": float|null},  # recovered / (recovered+failed+blank)
@@ -69,6 +70,7 @@ def summary_json(summary: Summary) -> dict[str, Any]:
         "turns": dict(summary.turns),
         "recovered_share": summary.recovered_share,
         "left_alone": dict(summary.left_alone),
+        "ownerless_sessions": list(summary.ownerless_sessions),  # added in issue 24
         "loops": dict(sorted(summary.loops.items())),
         "continuations": {
             "sent": summary.continuations_sent,
@@ -97,6 +99,8 @@ def _plural(count: int, word: str) -> str:
 
 
 def headline_lines(summary: Summary, style: Style) -> list[str]:
+    """Colours say what a count means (issue 24): green only for some good, red only for
+    some bad, yellow for what waits on someone; a zero is never painted as a success."""
     turns = summary.turns
     alone = ", ".join(
         f"{LEFT_ALONE_LABELS.get(k, k)} {v}" for k, v in summary.left_alone.items() if v
@@ -104,20 +108,28 @@ def headline_lines(summary: Summary, style: Style) -> list[str]:
     loops = summary.loops
     outcomes = ", ".join(f"{k} {v}" for k, v in sorted(summary.continuations.items()))
     recovered = f"{_plural(turns['recovered'], 'turn')} ({_share(summary.recovered_share)})"
+    failed = f"{_plural(summary.failed_steps, 'step')}"
+    settled_ok = summary.continuations.get("recovered", 0)
+    success = f"success {_share(summary.success_rate)}"
     return [
         style.head("What autoretry did"),
-        f"  Failed:         {_plural(summary.failed_steps, 'step')} in "
+        f"  Failed:         {style.lost(failed, summary.failed_steps)} in "
         f"{_plural(summary.failed_turns, 'turn')} of {_plural(summary.failed_sessions, 'session')}",
-        f"  Recovered:      {style.good(recovered)}, continued automatically",
-        f"  Gave up:        {_plural(turns['gave_up'], 'turn')} (budget used up: waiting for you)",
+        f"  Recovered:      {style.gained(recovered, turns['recovered'], summary.failed_turns)}"
+        ", continued automatically",
+        f"  Gave up:        {style.pending(_plural(turns['gave_up'], 'turn'), turns['gave_up'])}"
+        " (budget used up: waiting for you)",
         f"  Left alone:     {_plural(turns['left_alone'], 'turn')} on purpose"
         + (f" ({alone})" if alone else ""),
-        f"  Not recovered:  {turns['not_recovered']}   in progress: {turns['in_progress']}   "
-        f"unattended (no decision on record): {turns['unattended']}",
+        f"  Not recovered:  {style.lost(str(turns['not_recovered']), turns['not_recovered'])}"
+        f"   in progress: {turns['in_progress']}   "
+        f"unattended (no decision on record): "
+        f"{style.pending(str(turns['unattended']), turns['unattended'])}",
         f"  Loops stopped:  {loops.get('stopped', 0)} (reminded {loops.get('reminded', 0)}, "
         f"replanned {loops.get('replanned', 0)})",
-        f"  Continuations:  {summary.continuations_sent} sent, success "
-        f"{_share(summary.success_rate)}" + (f" ({outcomes})" if outcomes else ""),
+        f"  Continuations:  {summary.continuations_sent} sent, "
+        f"{style.gained(success, settled_ok, summary.continuations_sent)}"
+        + (f" ({outcomes})" if outcomes else ""),
     ]
 
 

@@ -13,7 +13,7 @@ are the store's strings, so an action added later gets a mark of its own class a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from opencode_autoretry.causes import Cause
@@ -38,6 +38,7 @@ LEGEND = {
     "ok": "step ended normally",
     "fault": "failed step (a fault)",
     "abort": "step aborted by the user",
+    "tools": "step ended in tool calls",
     "running": "step still running",
     "oc-retry": "OpenCode retried by itself",
     "wait": "autoretry waiting before it continues",
@@ -70,14 +71,39 @@ class Mark:
     label: str  # a glyph or two drawn on the mark
     title: str
     detail: tuple[str, ...] = ()
+    ref: str | None = None  # the message (steps) or decision's message this mark is about
+    count: int = 1  # identical steps in a row folded into this mark
+    child: str | None = None  # a task step's child session
 
 
-def _step_class(verdict: Verdict | None) -> str:
+#: A run of at least this many identical steps in a row is drawn as one mark with a count.
+FOLD_RUN = 3
+_CONTINUING = frozenset({"inject", "inject_at", "abort_then_inject"})
+
+
+def _step_class(verdict: Verdict | None, message: Message, last: bool) -> str:
+    """Only the newest step, still open, is running (issue 24: a two-day-old session's
+    tool-call steps were drawn as "step still running")."""
     if verdict is None or verdict.kind is Kind.HEALTHY:
         return "ok"
     if verdict.kind is Kind.RUNNING:
-        return "running"
+        if last and message.time_completed is None:
+            return "running"
+        has_tools = any(p.type is PartType.TOOL for p in message.parts)
+        return "tools" if has_tools or message.finish == "tool-calls" else "ok"
     return "abort" if verdict.kind is Kind.USER_ABORT else "fault"
+
+
+def _child_session(message: Message) -> str | None:
+    """The session a ``task`` tool call started (OpenCode keeps it in the call's metadata)."""
+    for part in message.parts:
+        if part.type is PartType.TOOL and part.tool == "task":
+            state = part.data.get("state")
+            meta = state.get("metadata") if isinstance(state, Mapping) else None
+            child = meta.get("sessionId") if isinstance(meta, Mapping) else None
+            if isinstance(child, str) and child:
+                return child
+    return None
 
 
 def _user_mark(message: Message) -> Mark:
@@ -88,8 +114,8 @@ def _user_mark(message: Message) -> Mark:
     return Mark("turns", message.time_created, None, f"user-{kind}", label, title, (text,))
 
 
-def _step_marks(message: Message, verdict: Verdict | None) -> list[Mark]:
-    css = _step_class(verdict)
+def _step_marks(message: Message, verdict: Verdict | None, last: bool = False) -> list[Mark]:
+    css = _step_class(verdict, message, last)
     detail = [f"finish={message.finish or '-'} {tokens_text(message.tokens)}"]
     if message.error is not None:
         detail.append(f"error {message.error.name}: {excerpt(message.error.message, 160)}")
@@ -98,11 +124,17 @@ def _step_marks(message: Message, verdict: Verdict | None) -> list[Mark]:
     tools = [p.tool or "?" for p in message.parts if p.type is PartType.TOOL]
     if tools:
         detail.append("tools: " + ", ".join(tools))
+    child = _child_session(message)
+    if child is not None:
+        detail.append(f"child session {child}: autoretry timeline {child}")
     title = "step" if verdict is None else f"step: {verdict.kind}"
-    label = "✓" if css == "ok" else ("…" if css == "running" else "✗")
+    if verdict is not None and verdict.kind is Kind.RUNNING and css != "running":
+        title = "step: ended in tool calls" if css == "tools" else "step: finished"
+    label = {"ok": "✓", "running": "…", "tools": "⚙"}.get(css, "✗")
     marks = [
         Mark(
-            "steps", message.time_created, message.time_completed, css, label, title, tuple(detail)
+            "steps", message.time_created, message.time_completed, css, label, title,
+            tuple(detail), ref=message.id, child=child,
         )
     ]
     retry = _opencode_retries(message)
@@ -143,7 +175,8 @@ def _decision_marks(decision: DecisionRecord) -> list[Mark]:
     detail = tuple(x for x in (decision.reason, budget, f"decision #{decision.id}") if x)
     title = f"{action} {decision.kind or ''}".strip()
     label = {"inject": "▶", "abort-inject": "■", "notify": "!", "skip": "·", "loop": "⟲"}
-    marks = [Mark(lane, decision.at, None, css, label.get(css, "?"), title, detail)]
+    marks = [Mark(lane, decision.at, None, css, label.get(css, "?"), title, detail,
+                  ref=decision.message_id if action in _CONTINUING else None)]
     if decision.due is not None and decision.due > decision.at:
         wait = f"waits {(decision.due - decision.at).total_seconds():g} s, due {iso(decision.due)}"
         marks.insert(
@@ -193,12 +226,14 @@ def build_marks(
 ) -> list[Mark]:
     """Every entry of the report as marks, in time order."""
     marks: list[Mark] = []
+    steps = [e for e in report.entries if isinstance(e, Message) and e.role is Role.ASSISTANT]
+    newest = steps[-1].id if steps else None
     for entry in report.entries:
         if isinstance(entry, Message):
             if entry.role is Role.USER:
                 marks.append(_user_mark(entry))
             else:
-                marks += _step_marks(entry, verdicts.get(entry.id))
+                marks += _step_marks(entry, verdicts.get(entry.id), entry.id == newest)
         elif isinstance(entry, DecisionRecord):
             marks += _decision_marks(entry)
         elif isinstance(entry, InjectionRecord):
@@ -206,4 +241,57 @@ def build_marks(
         else:
             marks.append(_trim_mark(entry))
     marks.sort(key=lambda m: m.start)
-    return marks
+    return fold_runs(marks)
+
+
+def _same_step(a: Mark, b: Mark) -> bool:
+    """Same class, finish, tokens, error and tools: the verdict's reason may differ (a runaway's
+    "N steps in a row" grows with each)."""
+    def key(mark: Mark) -> tuple[object, ...]:
+        kept = tuple(d for d in mark.detail if not d.startswith(mark.title.removeprefix("step: ")))
+        return mark.css, mark.title, kept
+
+    return a.lane == b.lane == "steps" and key(a) == key(b)
+
+
+def fold_runs(marks: list[Mark]) -> list[Mark]:
+    """Runs of ``FOLD_RUN`` or more identical steps in a row (a runaway's 39 empty steps),
+    nothing else in between, as one mark spanning them with a count."""
+    folded: list[Mark] = []
+    run: list[Mark] = []
+
+    def flush() -> None:
+        if len(run) >= FOLD_RUN:
+            first, last = run[0], run[-1]
+            note = f"{len(run)} identical steps in a row, folded into this mark"
+            folded.append(replace(
+                first, end=last.end or last.start, count=len(run),
+                label=f"{first.label}×{len(run)}", title=f"{first.title} ×{len(run)}",
+                detail=(note, *last.detail),
+            ))
+        else:
+            folded.extend(run)
+        run.clear()
+
+    for mark in marks:
+        if run and not _same_step(run[-1], mark):
+            flush()
+        if mark.lane == "steps":
+            run.append(mark)
+        else:
+            flush()
+            folded.append(mark)
+    flush()
+    return folded
+
+
+def verdict_line(marks: list[Mark]) -> str:
+    """The page's one-line answer: how many faults, how many autoretry continued."""
+    faults = [m for m in marks if m.css == "fault"]
+    total = sum(m.count for m in faults)
+    if not total:
+        return "No faults: every finished step ended normally."
+    continued_ids = {m.ref for m in marks if m.lane == "autoretry" and m.ref}
+    continued = sum(m.count for m in faults if m.ref in continued_ids)
+    word = "fault" if total == 1 else "faults"
+    return f"{total} {word}: {continued} continued by autoretry, {total - continued} left to you"

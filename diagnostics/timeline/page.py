@@ -18,7 +18,13 @@ from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import iso
 from opencode_autoretry.diagnostics.steps import classify_rows, relabel_daemon_aborts
 from opencode_autoretry.diagnostics.summary.tally import continuation_outcomes
-from opencode_autoretry.diagnostics.timeline.marks import LANES, LEGEND, Mark, build_marks
+from opencode_autoretry.diagnostics.timeline.marks import (
+    LANES,
+    LEGEND,
+    Mark,
+    build_marks,
+    verdict_line,
+)
 from opencode_autoretry.diagnostics.timeline.report import TimelineReport
 from opencode_autoretry.models import Message, Role, Session
 from opencode_autoretry.opencode.db import OpenCodeDB
@@ -41,10 +47,12 @@ PAGE = Template("""<!DOCTYPE html>
 <style>
 body{font:13px/1.4 system-ui,sans-serif;margin:0;padding:16px;color:#1d2330;background:#fbfbfd}
 h1{font-size:18px;margin:0 0 4px}.meta{color:#5a6275;margin-bottom:12px}
+.verdict{font-size:15px;font-weight:600;margin:4px 0 8px}
+.empty{position:absolute;top:9px;left:4px;color:#5a6275;font-style:italic;white-space:nowrap}
 .legend{display:flex;flex-wrap:wrap;gap:6px 14px;margin:8px 0 16px;max-width:1100px}
 .legend span{display:inline-flex;align-items:center;gap:5px}
 .legend i{display:inline-block;width:14px;height:14px;border-radius:3px}
-.axis{position:relative;width:${width}px;margin-left:150px}
+.axis{position:relative;margin-left:150px;margin-right:${markmin}px}
 .lane{position:relative;height:34px;border-bottom:1px solid #e3e6ee}
 .lane-name{position:sticky;left:0;float:left;margin-left:-150px;width:140px;height:34px;
  line-height:34px;font-weight:600;color:#39404f;background:#fbfbfd;z-index:3}
@@ -60,18 +68,20 @@ h1{font-size:18px;margin:0 0 4px}.meta{color:#5a6275;margin-bottom:12px}
 .tick{position:absolute;top:2px;white-space:nowrap;border-left:1px solid #c5cad6;padding-left:3px}
 .gap{position:absolute;top:0;bottom:0;border-left:2px dashed #9aa1b2;z-index:0}
 .gap span{position:absolute;top:-18px;left:2px;font-size:10px;color:#5a6275;white-space:nowrap}
-table{border-collapse:collapse;margin-top:28px;font-size:12px}
-td,th{border-bottom:1px solid #e3e6ee;padding:3px 8px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin-top:28px;font-size:12px;width:100%}
+td,th{border-bottom:1px solid #e3e6ee;padding:3px 8px;text-align:left;vertical-align:top;
+ overflow-wrap:anywhere}
 tr:target{background:#fff3c4}
 .m-user-real{background:#2c4a8a}.m-user-injected{background:#b0308c}.m-user-synthetic{background:#8a8f9c}
 .m-ok{background:#2f9e55}.m-fault{background:#d23b3b}.m-abort{background:#e08a1e}
-.m-running{background:#9aa1b2}.m-oc-retry{background:#7a5cc9}.m-wait{background:#a9cdf2;color:#1d2330}
+.m-running{background:#9aa1b2}.m-tools{background:#3d8f6a}.m-oc-retry{background:#7a5cc9}.m-wait{background:#a9cdf2;color:#1d2330}
 .m-inject{background:#2878d0}.m-abort-inject{background:#5b3fb0}.m-notify{background:#e0b000;color:#1d2330}
 .m-skip{background:#b5bac6;color:#1d2330}.m-loop{background:#e0529c}.m-recovered{background:#17803d}
 .m-failed{background:#9c1f1f}.m-pending{background:#c7cbd5;color:#1d2330}.m-other{background:#1b8f8f}
 </style></head>
 <body>
 <h1>$heading</h1>
+<div class="verdict">$verdict</div>
 <div class="meta">$meta</div>
 <div class="legend">$legend</div>
 <div class="axis" id="axis">
@@ -112,6 +122,12 @@ class Axis:
         width = max(MIN_WIDTH, min(MAX_WIDTH, events * PX_PER_EVENT))
         return cls(offsets, total, width, tuple(breaks))
 
+    def pct(self, moment: datetime) -> float:
+        """Where ``moment`` is drawn, in % of the axis: the axis fills the window (CSS only)."""
+        if self.span <= 0:
+            return 0.0
+        return round(self.offsets[moment] / self.span * 100, 3)
+
     def x(self, moment: datetime) -> float:
         if self.span <= 0:
             return 0.0
@@ -132,17 +148,30 @@ def _local(value: datetime, zone: tzinfo | None, with_date: bool = False) -> str
 
 
 def _mark_html(index: int, mark: Mark, axis: Axis, zone: tzinfo | None) -> str:
-    left = axis.x(mark.start)
-    width = axis.x(mark.end) - left if mark.end is not None and mark.end > mark.start else 0
+    left = axis.pct(mark.start)
+    width = axis.pct(mark.end) - left if mark.end is not None and mark.end > mark.start else 0
     when = f"{_local(mark.start, zone, True)} ({iso(mark.start)})"
     lines = "".join(f"<br>{html.escape(line)}" for line in mark.detail if line)
     tip = f"<b>{html.escape(mark.title)}</b><br>{html.escape(when)}{lines}"
     return (
         f'<a class="mark m-{mark.css}" data-kind="{mark.css}" href="#e{index}" '
-        f'style="left:{left}px;width:{max(width, MARK_MIN_PX):.1f}px" '
+        f'style="left:{left}%;width:{width:.3f}%" '
         f'aria-label="{html.escape(mark.title)}">{html.escape(mark.label)}'
         f'<span class="tip">{tip}</span></a>'
     )
+
+
+#: What an empty lane says, so that "nothing" reads as an answer, not a drawing bug.
+EMPTY_LANES = {
+    "autoretry": "no daemon decisions on record for this session",
+    "continuations": "autoretry sent no continuation in this session",
+    "opencode": "OpenCode did not retry by itself",
+}
+
+
+def _empty_lane(lane: str) -> str:
+    why = EMPTY_LANES.get(lane)
+    return f'<span class="empty">{html.escape(why)}</span>' if why else ""
 
 
 def _row_html(index: int, mark: Mark, zone: tzinfo | None) -> str:
@@ -161,9 +190,9 @@ def _ticks(marks: Sequence[Mark], axis: Axis, zone: tzinfo | None) -> str:
         moments += [marks[0].start, marks[-1].start]
     drawn, last = [], -1e9
     for moment in sorted(set(moments)):
-        x = axis.x(moment)
-        if x - last >= 70:  # labels never overlap
-            drawn.append(f'<span class="tick" style="left:{x}px">{_local(moment, zone)}</span>')
+        x = axis.pct(moment)
+        if x - last >= 12 and x <= 90:  # labels never overlap, even in a narrow window
+            drawn.append(f'<span class="tick" style="left:{x}%">{_local(moment, zone)}</span>')
             last = x
     return "".join(drawn)
 
@@ -177,13 +206,13 @@ def render_page(
     for lane, name in LANES:
         inner = "".join(
             _mark_html(i, m, axis, zone) for i, m in enumerate(marks, 1) if m.lane == lane
-        )
+        ) or _empty_lane(lane)
         lanes.append(
             f'<div class="lane" data-lane="{lane}"><div class="lane-name">'
             f"{html.escape(name)}</div>{inner}</div>"
         )
     gaps = "".join(
-        f'<div class="gap" style="left:{axis.x(at)}px"><span>… {_duration(gap)} …</span></div>'
+        f'<div class="gap" style="left:{axis.pct(at)}%"><span>… {_duration(gap)} …</span></div>'
         for at, gap in axis.breaks
     )
     used = {m.css for m in marks}
@@ -203,9 +232,9 @@ def render_page(
         csp=CSP,
         title=html.escape(f"autoretry timeline — {session.slug}"),
         heading=html.escape(f"{session.title or session.slug}"),
+        verdict=html.escape(verdict_line(list(marks))),
         meta=html.escape(meta),
         legend=legend,
-        width=axis.width,
         markmin=MARK_MIN_PX,
         ticks=_ticks(marks, axis, zone),
         gaps=gaps,

@@ -46,7 +46,7 @@ from opencode_autoretry.diagnostics.render import (
     dump_json,
     excerpt,
     iso,
-    short_id,
+    session_ref,
     tokens_json,
 )
 from opencode_autoretry.diagnostics.repetition_view import loop_part_lines, trim_json
@@ -252,7 +252,7 @@ def _record_line(entry: Record, style: Style) -> str:
         budget = f" budget {entry.used_after}/{entry.limit}" if entry.limit else ""
         text = f"daemon {style.local(entry.at, False)} {entry.action.upper()} {entry.kind or '-'}: "
         if entry.kind == "subagent_stall":
-            text += f"ses={short_id(entry.session_id)} "
+            text += f"ses={session_ref(entry.session_id)} "
         return "      ↳ " + style.paint(text + entry.reason + budget, "blue")
     tail = f" ({entry.error})" if entry.error else ""
     text = f'injection #{entry.id} {entry.state} "{excerpt(entry.text, 40)}"{tail}'

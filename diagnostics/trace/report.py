@@ -50,7 +50,7 @@ from opencode_autoretry.diagnostics.render import (
     dump_json,
     excerpt,
     iso,
-    short_id,
+    session_ref,
     tokens_json,
 )
 from opencode_autoretry.diagnostics.repetition_view import (
@@ -354,7 +354,7 @@ def _continuation_lines(item: Continuation, style: Style) -> list[str]:
         else ("marker in OpenCode's DB (not in the store)")
     )
     text = item.injection.text if item.injection else _text(item.message)
-    head = f"[{style.local(item.time)}] ses={short_id(item.session_id)} {source}"
+    head = f"[{style.local(item.time)}] ses={session_ref(item.session_id)} {source}"
     lines = [f'{head} "{excerpt(text, 40)}"']
     trigger = item.trigger
     if trigger is None:
@@ -390,7 +390,7 @@ def render_trace(report: TraceReport, style: Style) -> str:
     lines += [RULE, f"Decisions not to act: {len(report.declined)}"]
     for decision in report.declined:
         lines.append(
-            f"[{style.local(decision.at)}] ses={short_id(decision.session_id)} "
+            f"[{style.local(decision.at)}] ses={session_ref(decision.session_id)} "
             f"{decision.action.upper()} {decision.kind or '-'}: {decision.reason}"
         )
     lines.extend(_repetition_lines(report, style))
@@ -398,7 +398,7 @@ def render_trace(report: TraceReport, style: Style) -> str:
     lines += [RULE, f"Subagent aborts: {len(report.subagents)}"]
     lines.extend(line for item in report.subagents for line in abort_lines(item, style))
     lines += [RULE, f"Notifications: {len(report.notifications)}"]
-    lines += [f"[{style.local(n.at)}] ses={short_id(n.session_id)} {notification_line(n)}"
+    lines += [f"[{style.local(n.at)}] ses={session_ref(n.session_id)} {notification_line(n)}"
               for n in report.notifications]
     return "\n".join(lines)
 

@@ -134,3 +134,113 @@ def test_the_page_forbids_everything_but_its_inline_css(invoke, seeded, tmp_path
     assert policy is not None and page.index(policy[0]) < page.index("<style>")
     rules = dict(rule.strip().split(" ", 1) for rule in policy[1].split(";"))
     assert rules["default-src"] == "'none'" and rules["style-src"] == "'unsafe-inline'"
+
+
+# -- issue 24: a page a user can follow --------------------------------------------------------
+
+
+def _extra_session(seeded, build) -> str:
+    """A session of the test's own, added to the fresh seeded DB."""
+    from opencode_rows import BASE_MS
+
+    rows = seeded.rows
+    rows.clock = BASE_MS + 3_600_000
+    sid = build(rows)
+    rows.commit()
+    return sid
+
+
+def test_finished_tool_call_steps_are_not_running(fresh_seeded, run_on, tmp_path: Path) -> None:
+    def build(rows) -> str:
+        sid = rows.session("tool-runner")
+        turn = rows.user(sid)
+        rows.assistant(sid, turn, finish="tool-calls", tools=[("bash", "completed")], text=None)
+        rows.assistant(sid, turn, finish="tool-calls", tools=[("bash", "completed")], text=None)
+        rows.assistant(sid, turn)
+        return sid
+
+    sid = _extra_session(fresh_seeded, build)
+    page = write_page(lambda *a: run_on(fresh_seeded.db, fresh_seeded.store, *a), sid,
+                      tmp_path / "t.html")
+    assert "running" not in kinds(page) and "step still running" not in page
+    assert page.count('data-kind="tools"') == 2 and "step ended in tool calls" in page
+
+
+def test_identical_steps_in_a_row_fold_into_one_counted_mark(
+    fresh_seeded, run_on, tmp_path: Path
+) -> None:
+    from opencode_rows import tokens
+
+    def build(rows) -> str:
+        sid = rows.session("runaway-39")
+        turn = rows.user(sid)
+        for _ in range(39):
+            rows.assistant(sid, turn, finish="unknown", toks=tokens(0, 0), text="")
+        return sid
+
+    sid = _extra_session(fresh_seeded, build)
+    page = write_page(lambda *a: run_on(fresh_seeded.db, fresh_seeded.store, *a), sid,
+                      tmp_path / "r.html")
+    steps = re.findall(r'class="mark m-(?:ok|fault|running|tools)"[^>]*>([^<]*)', page)
+    assert 1 <= len(steps) <= 4, steps  # not 39 marks
+    counts = [int(n) for label in steps for n in re.findall(r"×(\d+)", label)]
+    assert counts and sum(counts) + len(steps) - len(counts) == 39, steps
+    assert "identical steps in a row" in page
+
+
+def test_the_page_opens_with_a_one_line_verdict(invoke, seeded, tmp_path: Path) -> None:
+    page = write_page(invoke, seeded.sessions["main"], tmp_path / "v.html")
+    # faults: blank and reset (continued), 429, length, think-only, tool-as-text (left)
+    verdict = re.search(r'<div class="verdict">([^<]*)</div>', page)
+    assert verdict is not None and page.index(verdict[0]) < page.index('id="axis"')
+    assert verdict[1] == "6 faults: 2 continued by autoretry, 4 left to you"
+
+
+def test_an_empty_decision_lane_says_why(invoke, seeded, tmp_path: Path) -> None:
+    page = write_page(invoke, seeded.sessions["loop"], tmp_path / "e.html")
+    lane = page[page.index('data-lane="autoretry"'):]
+    lane = lane[: lane.index('<div class="lane"')]
+    assert "no daemon decisions on record for this session" in lane
+    busy = write_page(invoke, seeded.sessions["main"], tmp_path / "m.html")
+    assert "no daemon decisions on record" not in busy
+
+
+def test_a_task_step_names_its_child_and_how_to_open_it(
+    fresh_seeded, run_on, tmp_path: Path
+) -> None:
+    child = fresh_seeded.sessions["child"]
+
+    def build(rows) -> str:
+        sid = rows.session("task-parent")
+        rows.assistant(sid, rows.user(sid), finish="tool-calls", tools=[("task", "completed")])
+        rows.conn.execute(
+            "UPDATE part SET data = json_set(data, '$.state.metadata.sessionId', ?) "
+            "WHERE session_id = ? AND json_extract(data, '$.tool') = 'task'",
+            (child, sid),
+        )
+        return sid
+
+    sid = _extra_session(fresh_seeded, build)
+    page = write_page(lambda *a: run_on(fresh_seeded.db, fresh_seeded.store, *a), sid,
+                      tmp_path / "k.html")
+    assert f"child session {child}: autoretry timeline {child}" in page
+
+
+def test_the_axis_is_sized_by_css_not_pixels(invoke, seeded, tmp_path: Path) -> None:
+    page = write_page(invoke, seeded.sessions["main"], tmp_path / "w.html")
+    axis_rule = re.search(r"\.axis\{[^}]*\}", page)
+    assert axis_rule is not None and not re.search(r"\bwidth:\d+px", axis_rule[0])
+    assert re.findall(r'class="mark [^"]*"[^>]*style="left:[\d.]+%;width:[\d.]+%"', page)
+
+
+@chromium
+def test_the_page_fits_a_narrow_window_and_fills_a_wide_one(
+    invoke, seeded, tmp_path: Path
+) -> None:
+    target = tmp_path / "main.html"
+    write_page(invoke, seeded.sessions["main"], target)
+    wide, narrow = check_page(target, width=1400), check_page(target, width=600)
+    assert wide.done and narrow.done and wide.console == () == narrow.console
+    assert narrow.overflow == 0, narrow  # no horizontal scroll at 600 px
+    assert wide.axis >= 0.8 * wide.view, wide  # the axis spans most of a wide window
+    assert narrow.drawn == narrow.marks > 0
