@@ -272,10 +272,11 @@ def status_command(app: AppContext, as_json: bool) -> None:
 
 def where_things_are(app: AppContext, settings: Settings) -> dict[str, str | bool]:
     """The files a user looks for: the config (and whether it exists), the log, the store."""
+    from opencode_autoretry.config.paths import file_exists
     from opencode_autoretry.config.settings import config_file_for
 
     config = config_file_for(os.environ, app.config_path)
-    return {"config": str(config), "config_exists": config.exists(),
+    return {"config": str(config), "config_exists": file_exists(config),
             "log": str(settings.log_dir / LOG_FILE), "store": str(settings.store)}
 
 

@@ -344,7 +344,7 @@ def logs_command(app: AppContext, following: bool, lines: int) -> None:
     from opencode_autoretry.daemon.commands import LOG_FILE
 
     path = log_settings(app).log_dir / LOG_FILE
-    if not path.exists() and not following:
+    if not paths.file_exists(path) and not following:
         click.echo(visible(f"no log yet: {path}"), err=True)
         return
     size = _size(path)

@@ -70,7 +70,8 @@ def test_config_check_refuses_with_runs_own_line_and_exit_2(tmp_path):
 
 
 def test_config_show_names_where_each_value_came_from(tmp_path):
-    (tmp_path / "config.toml").write_text("poll_interval = 5\n[budgets.rate_limit]\nmax_retries = 2\n")
+    (tmp_path / "config.toml").write_text(
+        "poll_interval = 5\n[budgets.rate_limit]\nmax_retries = 2\n")
     result = cli(tmp_path, "--store", str(tmp_path / "s.db"), "config", "show", "--json",
                  AUTORETRY_STALL_TIMEOUT="99")
     assert result.exit_code == 0, result.output

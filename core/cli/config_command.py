@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from opencode_autoretry.cli.context import AppContext
+from opencode_autoretry.config.paths import file_exists
 from opencode_autoretry.config.settings import Resolved, Source, config_file_for
 from opencode_autoretry.terminal_text import json_visible, visible
 
@@ -36,7 +37,7 @@ def config_group() -> None:
 def path_command(app: AppContext) -> None:
     """Print the config file's path (and whether it exists)."""
     path = config_file(app)
-    note = "" if path.exists() else "  (not found: the defaults apply)"
+    note = "" if file_exists(path) else "  (not found: the defaults apply)"
     click.echo(visible(f"{path}{note}"))
 
 
@@ -67,7 +68,7 @@ def show_report(resolved: Resolved) -> dict[str, Any]:
                "where": source.where}
         for name, source in resolved.sources.items()
     }
-    return {"config": str(resolved.config_file), "exists": resolved.config_file.exists(),
+    return {"config": str(resolved.config_file), "exists": file_exists(resolved.config_file),
             "settings": settings}
 
 
