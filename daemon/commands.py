@@ -13,9 +13,10 @@ import os
 import queue
 import signal
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
     from opencode_autoretry.config.settings import Settings
 
 log = logging.getLogger("opencode_autoretry.daemon")
+#: The daemon's log, in the configured log dir (rotated: daemon.log.1 ... .3).
+LOG_FILE = "daemon.log"
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: A locked OpenCode DB holds the loop at most this long per read (then it is marked down).
 LOOP_DB_TIMEOUT_S = 1.0
@@ -41,7 +44,7 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
 
     settings.log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     handlers: list[logging.Handler] = [logging.handlers.RotatingFileHandler(
-        settings.log_dir / "daemon.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8")]
+        settings.log_dir / LOG_FILE, maxBytes=5_000_000, backupCount=3, encoding="utf-8")]
     if foreground:
         handlers.append(logging.StreamHandler(sys.stderr))
     root = logging.getLogger()
@@ -54,16 +57,22 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
     logging.getLogger("watchdog").setLevel(logging.WARNING)
 
 
-def serve(config: Config) -> int:
-    """Run the daemon until a signal; 0 on a clean stop (``config`` validated beforehand)."""
+def serve(config: Config, reload_check: Callable[[], str | None] | None = None) -> bool:
+    """Run the daemon until a signal (``config`` validated beforehand); True when it stopped to
+    restart with a new configuration (SIGHUP, ``reload_check`` found it good).
+
+    The pid file is written once the socket is ours (a second daemon, refused there, must not
+    overwrite the first one's) and removed on the way out, unless the daemon restarts in place
+    (the same pid goes on)."""
     from opencode_autoretry.clock import SystemClock
-    from opencode_autoretry.daemon.inbox import Shutdown
+    from opencode_autoretry.daemon.inbox import Reload, Shutdown
     from opencode_autoretry.daemon.intake.bridges import BridgeServer
     from opencode_autoretry.daemon.intake.sources import DbTailer
     from opencode_autoretry.daemon.intake.watch import WalWatcher
     from opencode_autoretry.daemon.loop import Loop
     from opencode_autoretry.daemon.notifications.notifier import start_notifier
     from opencode_autoretry.daemon.parts import PartHealth
+    from opencode_autoretry.daemon.pidfile import pid_file_path, remove_pid_file, write_pid_file
     from opencode_autoretry.daemon.scheduler import RetryScheduler
     from opencode_autoretry.diagnostics.index.keeper import IndexKeeper
     from opencode_autoretry.opencode.db import OpenCodeDB
@@ -87,18 +96,23 @@ def serve(config: Config) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    if reload_check is not None:  # checked and acted on by the loop, on its own thread
+        signal.signal(signal.SIGHUP, lambda _signum, _frame: inbox.put(Reload(reload_check)))
     # The report index (issue 12): kept current in its own thread, its own file and writer.
     keeper = IndexKeeper(settings.opencode_db, settings.store.parent, SystemClock().now,
                          settings.runaway_steps)
     bridges.start()
+    pid_file = pid_file_path()
     try:
+        write_pid_file(pid_file, os.getpid())
         keeper.start()
         timers.start()
         tailer.prime()
         tailer.start()
         watching = watcher.start()
-        log.info("autoretry daemon %s: socket %s, OpenCode DB %s (%s)", os.getpid(),
-                 settings.socket, settings.opencode_db, "watched" if watching else "polled")
+        log.info("autoretry daemon %s: socket %s, OpenCode DB %s (%s), store %s, log %s, "
+                 "pid file %s", os.getpid(), settings.socket, settings.opencode_db,
+                 "watched" if watching else "polled", settings.store, settings.log_dir, pid_file)
         loop.run(inbox)
     finally:
         keeper.stop()
@@ -109,8 +123,22 @@ def serve(config: Config) -> int:
         if notifier is not None:
             notifier.stop()
         store.close()
+        if not loop.reload_requested:
+            remove_pid_file(pid_file, os.getpid())
+    if loop.reload_requested:
+        return True
     log.info("autoretry daemon stopped")
-    return 0
+    return False
+
+
+def restart_in_place() -> NoReturn:
+    """Run this daemon's own command line again in this process (SIGHUP's reload): every part
+    is rebuilt from the new configuration, and the pid, which services and the pid file
+    know, stays the same."""
+    logging.shutdown()  # flushed: the new process appends to the log
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
 
 
 @click.command("run")
@@ -118,24 +146,39 @@ def serve(config: Config) -> int:
 @click.option("--foreground", is_flag=True, help="Also log to stderr.")
 @click.pass_obj
 def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
-    """Run the daemon: watch OpenCode, classify failed turns, continue them within budget."""
+    """Run the daemon: watch OpenCode, classify failed turns, continue them within budget.
+
+    It writes its pid to the state dir's daemon.pid, and on SIGHUP restarts in place with
+    the configuration as it is then (a bad one is refused in the log; the daemon goes on)."""
     from opencode_autoretry.cli.context import BadConfig
     from opencode_autoretry.daemon.intake.bridges import SocketBusyError
     from opencode_autoretry.daemon.intake.hardening import NotPrivateError, private_state
     from opencode_autoretry.store.database import StoreError
 
+    more: dict[str, object] = {"verbose": True} if verbose else {}
     try:  # before anything starts: a bad config starts nothing
-        config = app.config(**({"verbose": True} if verbose else {}))
+        config = app.config(**more)
     except BadConfig as exc:
         log_refusal(app, exc.format_message())
         raise
     settings = config.settings
     private_state(settings.store, settings.log_dir)  # before the first file is created
     setup_logging(settings, foreground)
+
+    def check_new_config() -> str | None:
+        try:
+            app.fresh_config(**more)
+        except BadConfig as exc:
+            return exc.format_message()
+        return None
+
     try:
-        sys.exit(serve(config))
+        restart = serve(config, check_new_config)
     except (SocketBusyError, StoreError, NotPrivateError) as exc:
         raise click.ClickException(str(exc)) from exc
+    if restart:
+        restart_in_place()
+    sys.exit(0)
 
 
 def log_refusal(app: AppContext, line: str) -> None:
@@ -211,17 +254,36 @@ def status_command(app: AppContext, as_json: bool) -> None:
     from opencode_autoretry.store.database import StoreError, StoreView
     from opencode_autoretry.terminal_text import visible
 
+    settings = app.config().settings
     try:
-        view = StoreView.open(app.config().settings.store)
+        view = StoreView.open(settings.store)
     except StoreError as exc:
         raise StoreUnusable(str(exc)) from exc
     try:
         report = status_report(view, datetime.now(tz=UTC))
     finally:
         view.close()
+    report["paths"] = where_things_are(app, settings)
     # status shows ids, model ids and reasons straight from the store: one
     # escape of the whole plain text (it has no colour) covers them all (issue 20)
-    click.echo(json.dumps(report, indent=2) if as_json else visible(render_status(report)))
+    text = render_status(report) + "\n" + render_paths(report["paths"])
+    click.echo(json.dumps(report, indent=2) if as_json else visible(text))
+
+
+def where_things_are(app: AppContext, settings: Settings) -> dict[str, str | bool]:
+    """The files a user looks for: the config (and whether it exists), the log, the store."""
+    from opencode_autoretry.config.paths import file_exists
+    from opencode_autoretry.config.settings import config_file_for
+
+    config = config_file_for(os.environ, app.config_path)
+    return {"config": str(config), "config_exists": file_exists(config),
+            "log": str(settings.log_dir / LOG_FILE), "store": str(settings.store)}
+
+
+def render_paths(where: dict[str, str | bool]) -> str:
+    missing = "" if where["config_exists"] else " (not found: the defaults apply)"
+    return (f"config: {where['config']}{missing}\nlog: {where['log']}\n"
+            f"store: {where['store']}")
 
 
 COMMANDS: list[click.Command] = [run_command, on_command, off_command, status_command]

@@ -7,14 +7,15 @@ handlers. None of them decides anything: they describe what happened and the loo
 from __future__ import annotations
 
 import queue
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opencode_autoretry.daemon.intake.bridges import BridgeClosed, BridgeConnected, BridgeMessage
 from opencode_autoretry.models import Message
 
-__all__ = ["BridgeClosed", "BridgeConnected", "BridgeMessage", "DbRows", "Shutdown", "TimerDue"]
+__all__ = ["BridgeClosed", "BridgeConnected", "BridgeMessage", "DbRows", "Reload", "Shutdown",
+           "TimerDue"]
 
 Inbox = queue.Queue  # Queue[object]; one per daemon. Bridge items are defined by bridges.py.
 
@@ -41,3 +42,11 @@ class TimerDue:
 @dataclass(frozen=True)
 class Shutdown:
     reason: str = "signal"
+
+
+@dataclass(frozen=True)
+class Reload:
+    """SIGHUP: restart in place with the configuration as it is now. ``check`` loads it and
+    returns its one-line error, or None when it is good; a bad one keeps the daemon running."""
+
+    check: Callable[[], str | None]

@@ -28,6 +28,7 @@ from opencode_autoretry.daemon.inbox import (
     BridgeConnected,
     BridgeMessage,
     DbRows,
+    Reload,
     Shutdown,
     TimerDue,
 )
@@ -130,6 +131,8 @@ class Loop:
         self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
                              lambda view, now: self.evaluate(view, now, settled=True))
         self.started = clock.now()
+        #: Set when the loop stopped for a SIGHUP reload: its caller restarts the daemon.
+        self.reload_requested = False
 
     # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
 
@@ -179,6 +182,8 @@ class Loop:
         if isinstance(item, Shutdown):
             log.info("shutting down (%s)", item.reason)
             return False
+        if isinstance(item, Reload):
+            return not self._reload(item)
         now = self.clock.now()
         try:
             self._dispatch(item, now)
@@ -186,6 +191,18 @@ class Loop:
             self.part_failed(exc, now)
         except Exception:  # one bad item must not stop the daemon
             log.exception("failed to handle %r", type(item).__name__)
+        return True
+
+    def _reload(self, item: Reload) -> bool:
+        """True when the loop stops to restart with the new configuration; a bad one is
+        refused with its one line and the daemon keeps the configuration it runs with."""
+        error = item.check()
+        if error is not None:
+            log.error("not reloading: bad configuration: %s (still running with the previous "
+                      "one)", error)
+            return False
+        log.info("reloading the configuration (SIGHUP): restarting in place")
+        self.reload_requested = True
         return True
 
     def part_failed(self, exc: BaseException, now: datetime) -> None:

@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from opencode_autoretry.config.settings import Settings, SettingsError, config_line, resolve
+from opencode_autoretry.config.settings import (
+    Resolved,
+    Settings,
+    SettingsError,
+    config_line,
+    resolve,
+    resolve_with_sources,
+)
 
 if TYPE_CHECKING:  # config.load brings the decision core: loaded when a command needs it
     from opencode_autoretry.config.load import Config
@@ -59,6 +66,26 @@ class AppContext:
                 raise BadConfig(config_line(exc)) from exc
             self._settings = self._config.settings
         return self._config
+
+    def fresh_config(self, **more: object) -> Config:
+        """The configuration as the files and environment say NOW (SIGHUP's reload), read
+        again past the cache; a bad one raises BadConfig."""
+        self._config = None
+        return self.config(**more)
+
+    def resolved(self) -> Resolved:
+        """The settings with where each value came from (``autoretry config show``)."""
+        try:
+            return resolve_with_sources(self._flags, config_path=self._config_path)
+        except SettingsError as exc:
+            raise BadConfig(config_line(exc)) from exc
+
+    def environment(self) -> dict[str, str]:
+        """The group's flags as the ``AUTORETRY_*`` variables that say the same (a daemon
+        started by ``autoretry start`` runs as plain ``autoretry run``)."""
+        names = {f"AUTORETRY_{key.upper()}": value for key, value in self._flags.items()}
+        names["AUTORETRY_CONFIG"] = self._config_path
+        return {name: str(value) for name, value in names.items() if value is not None}
 
     @property
     def config_path(self) -> Path | None:

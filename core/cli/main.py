@@ -52,14 +52,16 @@ WRITES_FOR_OPENCODE = frozenset({"bridge"})
 
 
 def _attach_commands() -> None:
+    from opencode_autoretry.cli.config_command import COMMANDS as CONFIG
     from opencode_autoretry.daemon.commands import COMMANDS as DAEMON
     from opencode_autoretry.daemon.headless.command import COMMANDS as EXEC
+    from opencode_autoretry.daemon.lifecycle import COMMANDS as LIFECYCLE
     from opencode_autoretry.daemon.notifications.commands import COMMANDS as NOTIFY
     from opencode_autoretry.diagnostics.commands import COMMANDS as REPORTS
     from opencode_autoretry.diagnostics.doctor.command import COMMANDS as DOCTOR
     from opencode_autoretry.plugin_bridge.commands import COMMANDS as BRIDGE
 
-    for command in [*REPORTS, *DAEMON, *EXEC, *BRIDGE, *DOCTOR, *NOTIFY]:
+    for command in [*REPORTS, *DAEMON, *LIFECYCLE, *CONFIG, *EXEC, *BRIDGE, *DOCTOR, *NOTIFY]:
         main.add_command(command)
 
 

@@ -69,3 +69,12 @@ def config_file() -> Path:
 
 def opencode_config_dir() -> Path:
     return config_home() / "opencode"
+
+
+def file_exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the OS cannot even look up (too long: Python 3.11
+    raises for it)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False

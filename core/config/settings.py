@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from opencode_autoretry.config import paths
 
@@ -202,20 +202,71 @@ def config_file_for(environ: Mapping[str, str], config_path: Path | None = None)
     return config_path or Path(environ.get("AUTORETRY_CONFIG") or paths.config_file())
 
 
+#: Where a setting's value came from, strongest first.
+SourceKind = Literal["flag", "environment", "file", "default"]
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where one setting's value came from: ``where`` names the flag, the variable or the file
+    (for a default shaped by a variable, e.g. ``OPENCODE_DB``, that variable)."""
+
+    kind: SourceKind
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The settings with, for every field of Settings, where its value came from."""
+
+    settings: Settings
+    sources: Mapping[str, Source]
+    config_file: Path
+
+
+#: Defaults computed from a variable (config.paths): the variable is named as their source.
+_DEFAULT_ENV = {"opencode_db": "OPENCODE_DB", "store": "AUTORETRY_HOME",
+                "log_dir": "AUTORETRY_HOME", "socket": "AUTORETRY_HOME"}
+#: The raw tables of Settings -> the config.toml tables they hold.
+_TABLE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "policy": POLICY_TABLES, REPETITION_TABLE: (REPETITION_TABLE,), TODOS_TABLE: (TODOS_TABLE,),
+    **{name: (name,) for name in UNATTENDED_TABLES},
+}
+
+
+def _default_source(name: str, environ: Mapping[str, str]) -> Source:
+    variable = _DEFAULT_ENV.get(name, "")
+    return Source("default", variable if variable and environ.get(variable) else "")
+
+
 def resolve(
     flags: Mapping[str, object] | None = None,
     environ: Mapping[str, str] | None = None,
     config_path: Path | None = None,
 ) -> Settings:
     """Build the one Settings object: flags > env > config file > defaults."""
+    return resolve_with_sources(flags, environ, config_path).settings
+
+
+def resolve_with_sources(
+    flags: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+    config_path: Path | None = None,
+) -> Resolved:
+    """``resolve``, keeping where each value came from (``autoretry config show``)."""
     env = os.environ if environ is None else environ
     path = config_file_for(env, config_path)
     table = read_config_file(path)
     values = _from_file(table, str(path))
-    values.update(_from_env(env))
+    sources = {name: Source("file", str(path)) for name in values}
+    from_env = _from_env(env)
+    values.update(from_env)
+    sources.update({name: Source("environment", f"AUTORETRY_{name.upper()}") for name in from_env})
     for key, raw in (flags or {}).items():
         if raw is not None:
-            values[key] = _coerce(key, raw, f"--{key.replace('_', '-')}")
+            flag = f"--{key.replace('_', '-')}"
+            values[key] = _coerce(key, raw, flag)
+            sources[key] = Source("flag", flag)
     policy = {key: table[key] for key in POLICY_TABLES if key in table}
     repetition = table.get(REPETITION_TABLE, {})
     if not isinstance(repetition, Mapping):
@@ -227,7 +278,12 @@ def resolve(
     for name, raw in tables.items():
         if not isinstance(raw, Mapping):
             raise SettingsError(f"{path}: {name} must be a table")
-    return replace(
+    for name, held in _TABLE_FIELDS.items():
+        if any(key in table for key in held):
+            sources[name] = Source("file", str(path))
+    settings = replace(
         Settings(), **values, policy=policy, repetition=repetition,  # type: ignore[arg-type]
         todos=todos, **tables,
     )
+    every = {f.name: sources.get(f.name) or _default_source(f.name, env) for f in fields(Settings)}
+    return Resolved(settings, every, path)
