@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import re
 
-_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+# Lone surrogates too: a path or argument of bytes that are not UTF-8 cannot be printed.
+_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _CONTROL = re.compile(f"[{_UNSAFE}]")
 #: The only escape sequences the reports write themselves: click.style's SGR codes (reset,
 #: bold, dim, normal, the 8 foreground colours and their bright forms, default colour) and

@@ -106,6 +106,7 @@ LONG = "a" * 5000
     (["--store", "", "status"], 2),
     (["--db", LONG, "diagnose"], 2),  # ENAMETOOLONG
     (["--db", "\udcff\udcfe", "diagnose"], 2),  # the index's key hashed a non-UTF-8 path
+    (["--db", "\udcff\udcfe", "doctor"], 1),  # doctor printed the path it could not open
     (["--config", LONG, "status"], 2),
     (["--store", LONG, "trace"], 2),
 ])

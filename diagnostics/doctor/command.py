@@ -36,12 +36,14 @@ def doctor_command(
         run_checks,
         subject_for,
     )
+    from opencode_autoretry.terminal_text import visible_keeping_colour
 
     checks = run_checks(subject_for(app, opencode_bin, config_dir), Machine())
     if as_json:
         click.echo(json.dumps(doctor_json(checks), indent=2))
     else:
-        click.echo(render_doctor(checks))
+        # Paths and versions come from the user's shell and machine: shown, never acted on.
+        click.echo(visible_keeping_colour(render_doctor(checks)))
     if any(check.name == "config" and check.status is Status.FAIL for check in checks):
         raise SystemExit(EXIT_BAD_CONFIG)  # as run, exec, status and notify test
     if any(check.status is Status.FAIL for check in checks):

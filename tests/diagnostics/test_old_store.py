@@ -19,7 +19,7 @@ from click.testing import Result
 from opencode_autoretry.causes import Cause, Facts, ModelSwitch
 from opencode_autoretry.daemon.gap import _transient
 from opencode_autoretry.decisions.subagents import whole_seconds
-from opencode_autoretry.diagnostics.records import load_records
+from opencode_autoretry.diagnostics.records import NO_OWNER, load_records
 from opencode_autoretry.diagnostics.repetition_view import RepetitionStop
 from opencode_autoretry.diagnostics.summary.tally import _left_alone_reason, _rank
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind
@@ -89,7 +89,8 @@ def reports(run_on: Callable[..., Result], db: Path, store: Path) -> dict[str, o
         assert result.exit_code == 0, result.output
         found[name] = json.loads(result.output) if "--json" in args else result.output
     records = load_records(store)
-    found["ownerless"] = records.ownerless_sessions()
+    found["ownerless"] = list(dict.fromkeys(
+        d.session_id for d in records.decisions if d.cause in NO_OWNER))
     # What the reports read of each decision (its cause only for the ones in today's words:
     # the seeded ones carry a test's own text, which no release wrote).
     added = len(typed_decisions("", ""))
