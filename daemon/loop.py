@@ -59,7 +59,7 @@ from opencode_autoretry.daemon.subagents.stalls import SubagentStalls
 from opencode_autoretry.daemon.todos.guard import TodoGuard
 from opencode_autoretry.decisions.budget import PendingEvent, should_cancel_pending
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
-from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
 from opencode_autoretry.plugin_bridge import protocol
@@ -85,7 +85,7 @@ class Loop:
         config: Config,
         store: Store,
         bridge: BridgeSender,
-        open_db: Callable[[], OpenCodeDB],
+        open_db: Callable[[], DaemonReads],
         timers: Timers,
         clock: Clock,
         *,
@@ -136,7 +136,7 @@ class Loop:
 
     # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
 
-    def db(self) -> OpenCodeDB | None:
+    def db(self) -> DaemonReads | None:
         return self._dbs.get()
 
     # -- the run loop -----------------------------------------------------------------------
