@@ -21,7 +21,7 @@ from typing import Any
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon import control
-from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
+from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
@@ -37,8 +37,10 @@ from opencode_autoretry.daemon.intake.sources import UnownedWatch
 from opencode_autoretry.daemon.judge import Owner, judge_for
 from opencode_autoretry.daemon.notifications.actions import Enqueuer, Notifications
 from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
+from opencode_autoretry.daemon.outbox import BridgeSender
 from opencode_autoretry.daemon.parts import STORE, PartHealth
 from opencode_autoretry.daemon.reattach import adopt_named
+from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.repetition.guard import RepetitionGuard
 from opencode_autoretry.daemon.repetition.watch import RepetitionWatch
 from opencode_autoretry.daemon.scheduler import Timers

@@ -31,8 +31,9 @@ from typing import IO, Any
 
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.config.load import Config
-from opencode_autoretry.daemon.actions import Actions, Recovery
+from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.judge import Owner, judge_for
+from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.sessions import Sessions
 from opencode_autoretry.models import Action, Kind, LiveFacts, to_epoch_ms
 from opencode_autoretry.opencode.daemon_reads import DaemonReads
