@@ -5,28 +5,29 @@ Every send goes through one gate, right before it leaves: the session must have 
 (a fresh read of ``parent_id``; unreadable means no). An injection is written to the store as an
 intent before it is sent and carries a marker (decision, injection, kind) in its text part, so a
 crash between the two steps can be reconciled from OpenCode's DB without sending twice.
+
+Where a request goes (the session's owner) and the toasts: ``outbox``; their words: ``toasts``;
+when an open injection is sent, confirmed or given up across time and restarts: ``recovery``.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import datetime
+from typing import Protocol
 
+from opencode_autoretry.daemon.outbox import BridgeSender, Outbox
 from opencode_autoretry.daemon.scheduler import Timers
-from opencode_autoretry.daemon.sessions import OWNER_GRACE, Sessions
+from opencode_autoretry.daemon.sessions import Sessions
+from opencode_autoretry.daemon.toasts import recovery_toast
 from opencode_autoretry.decisions.budget import PendingRetry
-from opencode_autoretry.decisions.policy import INTERRUPTION_LABELS
 from opencode_autoretry.decisions.subagents import subagent_toast
 from opencode_autoretry.models import (
     Action,
     BudgetGroup,
     Decision,
-    Kind,
-    Message,
     Session,
     Turn,
     from_epoch_ms,
@@ -34,36 +35,17 @@ from opencode_autoretry.models import (
 )
 from opencode_autoretry.plugin_bridge.protocol import (
     Abort,
-    Log,
     ModelRef,
     Prompt,
     ProtocolError,
-    Toast,
     encode,
 )
 from opencode_autoretry.store.database import InjectionRecord, Store
 
 log = logging.getLogger(__name__)
 
-_LABELS: Mapping[Kind, str] = {
-    **INTERRUPTION_LABELS,
-    Kind.BLANK: "blank reply",
-    Kind.THINK_ONLY: "reasoning-only reply",
-    Kind.FORGED_LENGTH: "empty 'length' reply",
-    Kind.TOOL_AS_TEXT: "tool call written as text",
-    Kind.TRUNCATED: "output cut off",
-    Kind.REPETITION: "repeating itself",
-    Kind.STALL: "stalled",
-    Kind.UNFINISHED_TODOS: "unfinished todos",
-}
-
-
 #: Writes of one injection that may break before it is failed for good (``Actions._unsent``).
 UNSENT_TRIES = 3
-
-
-class BridgeSender(Protocol):
-    def send(self, conn_id: str, request: Any) -> bool: ...
 
 
 class SessionReader(Protocol):
@@ -71,10 +53,6 @@ class SessionReader(Protocol):
 
     def session(self, session_id: str) -> Session | None: ...
     def last_turn(self, session_id: str) -> Turn | None: ...
-
-
-class InjectedReader(SessionReader, Protocol):
-    def injected_messages(self, session_id: str) -> list[Message]: ...
 
 
 @dataclass(frozen=True)
@@ -94,24 +72,6 @@ class Performed:
 
 def _stored(at: datetime) -> datetime:
     return from_epoch_ms(to_epoch_ms(at)) or at
-
-
-def label(kind: Kind | None) -> str:
-    return _LABELS.get(kind, str(kind)) if kind is not None else "unknown"
-
-
-def recovery_toast(decision: Decision, now: datetime) -> str:
-    """'autoretry: connection lost — continuing in 5 s (1/2)'."""
-    wait = (decision.due - now).total_seconds() if decision.due else 0.0
-    when = f"in {wait:.0f} s" if wait >= 0.5 else "now"
-    aborting = decision.action is Action.ABORT_THEN_INJECT
-    verb = "stopping and continuing" if aborting else "continuing"
-    count = f"({decision.used_after}/{decision.limit})"
-    switch = decision.switch if decision.model else None
-    if switch is not None:
-        return (f"autoretry: switched {switch.from_model} → {switch.to_model} — {verb} {when} "
-                f"{count}")
-    return f"autoretry: {label(decision.kind)} — {verb} {when} {count}"
 
 
 def continuation_target(turn: Turn | None) -> tuple[str | None, ModelRef | None, str | None]:
@@ -136,12 +96,10 @@ class Actions:
         sessions: Sessions,
     ) -> None:
         self.store = store
-        self._bridge = bridge
+        self.outbox = Outbox(bridge, sessions)
         self._db = db
         self._timers = timers
         self._sessions = sessions
-        self._request_ids = itertools.count(1)
-        self._requests: dict[str, tuple[str, int | None]] = {}  # request id -> (type, injection)
         self.pending: dict[str, PendingRetry] = {}  # session -> its waiting retry
         self._kinds: dict[int, str] = {}  # injection id -> kind, for the marker
         self._models: dict[int, str] = {}  # injection id -> "provider/model" (fallback)
@@ -151,10 +109,6 @@ class Actions:
         self.listeners: list[Callable[[Decision, int, datetime], None]] = []
 
     # -- the gate ---------------------------------------------------------------------------
-
-    def owner_of(self, session_id: str) -> str | None:
-        view = self._sessions.get(session_id)
-        return view.owner if view is not None else None
 
     def gate(self, session_id: str) -> tuple[str | None, str | None]:
         """(owner connection, None) when sending is allowed, else (None, why not)."""
@@ -207,7 +161,8 @@ class Actions:
             log.info("not aborting subagent %s: no live owner or not a readable child", child)
             return False
         self._sessions.ensure(child).abort_requested = now  # its abort error is not a failure
-        sent = self._bridge.send(owner, Abort(id=self._next_id("abort", None), session_id=child))
+        abort = Abort(id=self.outbox.next_id("abort", None), session_id=child)
+        sent = self.outbox.send(owner, abort)
         parent = session.parent_id
         self.notify(parent if self.owner_of(parent) else child, subagent_toast(decision),
                     "warning")
@@ -250,10 +205,10 @@ class Actions:
         if owner is None:
             log.info("not aborting %s: %s", session_id, refusal)
             return False
-        request_id = self._next_id("abort", None)
+        request_id = self.outbox.next_id("abort", None)
         view = self._sessions.ensure(session_id)
         view.abort_requested = now
-        return self._bridge.send(owner, Abort(id=request_id, session_id=session_id))
+        return self.outbox.send(owner, Abort(id=request_id, session_id=session_id))
 
     # -- injections -------------------------------------------------------------------------
 
@@ -277,7 +232,7 @@ class Actions:
             "injection": str(injection.id),
             "kind": self._kinds.get(injection.id, ""),
         }
-        request_id = self._next_id("prompt", injection.id)
+        request_id = self.outbox.next_id("prompt", injection.id)
         prompt = Prompt(
             id=request_id, session_id=injection.session_id, text=injection.text, agent=agent,
             model=model, variant=variant, marker=marker,
@@ -291,7 +246,7 @@ class Actions:
         # Marked sent before it leaves: a store that fails here stops the send, and a crash
         # after it leaves cannot make the intent look unsent (never twice, issue 11).
         self.store.mark_sent(injection.id, now)
-        if not self._bridge.send(owner, prompt):
+        if not self.outbox.send(owner, prompt):
             return self._unsent(injection, now, owner)
         self.pending.pop(injection.session_id, None)
         log.info("injection %s %s sent as %s to %s", injection.id, injection.session_id,
@@ -349,7 +304,7 @@ class Actions:
         self._close(injection, now, why, failed=True)
 
     def never_arrived(self, injection: InjectionRecord, now: datetime) -> None:
-        """A sent continuation its bridge says it never ran (``Recovery.adopt``)."""
+        """A sent continuation its bridge says it never ran (``Recovery.resend_lost``)."""
         self._unsent(injection, now, None, "not run: its line was lost on the way to the bridge")
 
     def _close(self, injection: InjectionRecord, now: datetime, why: str, *, failed: bool) -> None:
@@ -365,7 +320,7 @@ class Actions:
                  "failed" if failed else "cancelled", why)
 
     def on_ack(self, request_id: str, ok: bool, error: str | None, now: datetime) -> None:
-        kind, injection_id = self._requests.pop(request_id, ("", None))
+        kind, injection_id = self.outbox.acked(request_id)
         if ok or kind != "prompt" or injection_id is None:
             return
         for injection in self.store.open_injections():
@@ -375,32 +330,16 @@ class Actions:
                          injection.session_id, error)
                 self.notify(injection.session_id, f"autoretry: not continuing — {error}", "warning")
 
-    # -- telling the user -------------------------------------------------------------------
+    # -- telling the user (through the outbox) --------------------------------------------
+
+    def owner_of(self, session_id: str) -> str | None:
+        return self.outbox.owner_of(session_id)
 
     def notify(self, session_id: str, message: str, variant: str) -> bool:
-        """A toast in the session's OpenCode plus a log line there; nothing if no owner."""
-        owner = self.owner_of(session_id)
-        if owner is None:
-            log.info("no owner to notify for %s: %s", session_id, message)
-            return False
-        toast = Toast(message=message, id=self._next_id("toast", None), variant=variant,
-                      duration=5000)
-        self._bridge.send(owner, toast)
-        self.log_line(session_id, message)
-        return True
+        return self.outbox.notify(session_id, message, variant)
 
     def log_line(self, session_id: str, message: str) -> None:
-        owner = self.owner_of(session_id)
-        if owner is not None:
-            line = Log(level="info", message=message, id=self._next_id("log", None),
-                       extra={"service": "autoretry", "sessionID": session_id})
-            self._bridge.send(owner, line)
-
-    def _next_id(self, kind: str, injection_id: int | None) -> str:
-        request_id = f"r-{next(self._request_ids)}"
-        if kind in ("prompt", "abort"):
-            self._requests[request_id] = (kind, injection_id)
-        return request_id
+        self.outbox.log_line(session_id, message)
 
     def remember(self, injections: Iterable[InjectionRecord], kinds: Mapping[int, str],
                  groups: Mapping[int, tuple[BudgetGroup | None, str | None]]) -> None:
@@ -412,162 +351,3 @@ class Actions:
                 self.pending[injection.session_id] = PendingRetry(
                     injection.session_id, injection.turn_id, message_id, group, injection.due
                 )
-
-
-class Recovery:
-    """Pending retries across time and restarts: due sends, confirmations, the off switch.
-
-    The store is the truth: every check re-reads the open injections, so a lost timer or a
-    restart only delays a retry, and an intent whose marked message is already in OpenCode's
-    DB is confirmed instead of sent again.
-    """
-
-    CONFIRM_TIMEOUT = timedelta(seconds=60)
-
-    def __init__(
-        self,
-        store: Store,
-        actions: Actions,
-        sessions: Sessions,
-        db: Callable[[], InjectedReader | None],
-        timers: Timers,
-    ) -> None:
-        self._store = store
-        self._actions = actions
-        self._sessions = sessions
-        self._db = db
-        self._timers = timers
-        self._owner_pids: dict[str, int] = {}
-
-    def rebuild(self, now: datetime) -> None:
-        """Start-up: owners by pid and the open injections re-armed (the ledgers in the store
-        remember which failures were already handled)."""
-        beat = self._store.heartbeat()
-        owners = beat.info.get("owners", {}) if beat is not None else {}
-        self._owner_pids = {str(k): int(v) for k, v in owners.items() if str(v).isdigit()}
-        decisions = {d.id: d for d in self._store.decisions(since=now - REBUILD_WINDOW)}
-        injections = self._store.open_injections()
-        kinds = {i.id: decisions[i.decision_id].kind or "" for i in injections
-                 if i.decision_id in decisions}
-        groups = {
-            i.id: (_group(decisions[i.decision_id].group), decisions[i.decision_id].message_id)
-            for i in injections if i.decision_id in decisions
-        }
-        self._actions.remember(injections, kinds, groups)
-        for injection in injections:
-            if self._confirm_from_db(injection, now):
-                continue
-            if injection.state == "intent":
-                self._timers.arm(injection.id, injection.due or now)
-        log.info("rebuilt: %d open injections, %d known owners", len(injections),
-                 len(self._owner_pids))
-
-    def adopt(self, conn_id: str, pid: int, now: datetime) -> None:
-        """A bridge said hello: it owns again what its process owned before our restart."""
-        for session_id, owner_pid in self._owner_pids.items():
-            view = self._sessions.ensure(session_id)
-            if owner_pid == pid and view.owner is None:
-                view.owner = conn_id
-        self.send_due(now)
-
-    def resend_lost(self, conn_id: str, ran: frozenset[int] | None, now: datetime) -> None:
-        """A continuation marked sent, for a session this bridge's hello named, that its
-        process did not run (``ran``: the hello's list; None from an older bridge, which
-        cannot say) and OpenCode's DB does not show, never got there: its line died in a cut
-        socket, or this daemon died between marking it sent and writing it (issue 11). It is
-        an intent again, sent once the session is idle. Called before anything is sent on the
-        new connection, so the list covers every line this bridge could have run. Never
-        twice: the bridge refuses a copy of what it ran, and the DB is read before the send."""
-        if ran is None:
-            return
-        for injection in self._store.open_injections():
-            if injection.state != "sent" or injection.id in ran:
-                continue
-            view = self._sessions.get(injection.session_id)
-            if view is None or view.owner != conn_id or self._confirm_from_db(injection, now):
-                continue
-            self._actions.never_arrived(injection, now)
-
-    def send_due(self, now: datetime, session_id: str | None = None) -> None:
-        for injection in self._store.open_injections(session_id):
-            if injection.state == "intent" and (injection.due is None or injection.due <= now):
-                self._try_send(injection, now)
-
-    def _try_send(self, injection: InjectionRecord, now: datetime) -> None:
-        session_id = injection.session_id
-        if not self._store.is_enabled(session_id):
-            self._actions.cancel_open(session_id, now, "cancelled: autoretry was switched off")
-            return
-        ledger = self._store.load_ledger(session_id, injection.turn_id or "")
-        if ledger is not None and ledger.user_aborted:  # judged after the intent (a gap)
-            self._actions.cancel_open(session_id, now, "cancelled: the user aborted this turn")
-            return
-        view = self._sessions.get(session_id)
-        if view is not None and view.headless:
-            return  # an `autoretry exec` run's intent: exec sends it through OpenCode's CLI
-        if view is None or view.owner is None:
-            if self._past_owner_grace(injection, now):
-                self._actions.send_injection(injection, now)  # the gate fails it, with why
-            return
-        if self._actions.write_broke_on(injection.id, view.owner):  # its close is on the way
-            if self._past_owner_grace(injection, now):
-                self._actions.fail(injection, now, "not sent: its owner's connection broke "
-                                                   "and no bridge came back for the session")
-            return
-        if view.busy or view.abort_requested is not None:
-            return  # wait for idle (OpenCode retrying, or our abort not through yet)
-        if self._confirm_from_db(injection, now):
-            return
-        db = self._db()
-        turn = db.last_turn(session_id) if db is not None else None
-        if turn is not None and injection.turn_id and turn.id != injection.turn_id:
-            self._actions.cancel_open(session_id, now, "cancelled: a new user turn started")
-            return
-        self._actions.send_injection(injection, now)
-
-    def _past_owner_grace(self, injection: InjectionRecord, now: datetime) -> bool:
-        return injection.due is not None and now - injection.due > OWNER_GRACE
-
-    def check_sent(self, now: datetime) -> None:
-        """Sent but never seen: confirm from the DB, or give up after CONFIRM_TIMEOUT."""
-        for injection in self._store.open_injections():
-            if injection.state != "sent" or injection.sent_at is None:
-                continue
-            if now - injection.sent_at < self.CONFIRM_TIMEOUT:
-                continue
-            if not self._confirm_from_db(injection, now):
-                self._store.mark_failed(injection.id, now, "sent but never seen in OpenCode")
-                log.info("injection %s %s failed: sent but never seen in OpenCode",
-                         injection.id, injection.session_id)
-
-    def apply_switch(self, now: datetime) -> None:
-        """``autoretry off`` (from the CLI, in the store) cancels every waiting retry."""
-        for injection in self._store.open_injections():
-            if injection.state == "intent" and not self._store.is_enabled(injection.session_id):
-                self._actions.cancel_open(
-                    injection.session_id, now, "cancelled: autoretry was switched off"
-                )
-
-    def confirm_from_db(self, injection: InjectionRecord, now: datetime) -> bool:
-        """Confirmed when its marked message is in OpenCode's DB (exec, after a run)."""
-        return self._confirm_from_db(injection, now)
-
-    def _confirm_from_db(self, injection: InjectionRecord, now: datetime) -> bool:
-        db = self._db()
-        if db is None:
-            return False
-        for message in db.injected_messages(injection.session_id):
-            marker = message.marker or {}
-            if str(marker.get("injection")) == str(injection.id):
-                return self._actions.confirm(injection.id, message.id, now)
-        return False
-
-
-REBUILD_WINDOW = timedelta(days=2)
-
-
-def _group(raw: str | None) -> BudgetGroup | None:
-    try:
-        return BudgetGroup(raw) if raw else None
-    except ValueError:
-        return None

@@ -32,7 +32,7 @@ from opencode_autoretry.models import (
     Turn,
     Verdict,
 )
-from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.store.database import Store
 
 #: What a skip of a headless run reads as (code reads ``Cause.HEADLESS``).
@@ -62,7 +62,7 @@ class Judge:
     def __init__(
         self,
         store: Store,
-        db: Callable[[], OpenCodeDB | None],
+        db: Callable[[], DaemonReads | None],
         policy: Policy,
         *,
         enabled: bool,
@@ -143,7 +143,7 @@ class Judge:
 def judge_for(
     config: Config,
     store: Store,
-    db: Callable[[], OpenCodeDB | None],
+    db: Callable[[], DaemonReads | None],
     *,
     rand: Callable[[], float],
     scope: Scope | None = None,

@@ -21,8 +21,11 @@ from typing import Any
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon import control
-from opencode_autoretry.daemon.actions import Actions, BridgeSender, Recovery
+from opencode_autoretry.daemon.actions import Actions
+from opencode_autoretry.daemon.bridge_links import BridgeLinks
+from opencode_autoretry.daemon.db_rows import DbRowsIntake
 from opencode_autoretry.daemon.gap import GapReview
+from opencode_autoretry.daemon.heartbeat import Heartbeat
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
     BridgeConnected,
@@ -37,8 +40,9 @@ from opencode_autoretry.daemon.intake.sources import UnownedWatch
 from opencode_autoretry.daemon.judge import Owner, judge_for
 from opencode_autoretry.daemon.notifications.actions import Enqueuer, Notifications
 from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
+from opencode_autoretry.daemon.outbox import BridgeSender
 from opencode_autoretry.daemon.parts import STORE, PartHealth
-from opencode_autoretry.daemon.reattach import adopt_named
+from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.repetition.guard import RepetitionGuard
 from opencode_autoretry.daemon.repetition.watch import RepetitionWatch
 from opencode_autoretry.daemon.scheduler import Timers
@@ -59,7 +63,7 @@ from opencode_autoretry.daemon.subagents.stalls import SubagentStalls
 from opencode_autoretry.daemon.todos.guard import TodoGuard
 from opencode_autoretry.decisions.budget import PendingEvent, should_cancel_pending
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
-from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.shapes import parse_error
 from opencode_autoretry.plugin_bridge import protocol
@@ -67,7 +71,6 @@ from opencode_autoretry.store.database import Store
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_EVERY = timedelta(seconds=5)
 #: A session view with no owner, not busy and quiet this long is forgotten (issue 20); looked
 #: for every EVICT_EVERY. Its next event or row makes a fresh view.
 EVICT_IDLE = timedelta(hours=6)
@@ -85,7 +88,7 @@ class Loop:
         config: Config,
         store: Store,
         bridge: BridgeSender,
-        open_db: Callable[[], OpenCodeDB],
+        open_db: Callable[[], DaemonReads],
         timers: Timers,
         clock: Clock,
         *,
@@ -104,9 +107,8 @@ class Loop:
         self._dbs = DbGuard(settings.opencode_db, open_db, self.parts, clock.now,
                             lambda at: self.gap.lost(at, "OpenCode's DB was unreadable"))
         self._rand = rand
-        self._pid = pid if pid is not None else os.getpid()
-        self.bridges: dict[str, protocol.Hello | None] = {}
-        self.bridge_stats: dict[str, protocol.Stats] = {}  # the last of each (status, doctor)
+        self.heartbeat = Heartbeat(store, pid if pid is not None else os.getpid(),
+                                   lambda stopping: control.heartbeat_info(self, stopping))
         self.actions = Actions(store, bridge, self.db, timers, self.sessions)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
@@ -125,19 +127,37 @@ class Loop:
         self.notifications = Notifications(store, self.db, config.notify, notifier)
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
-        self._last_beat: datetime | None = None
         self._last_evict: datetime | None = None
-        self.unowned = UnownedWatch()
         self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
                              lambda view, now: self.evaluate(view, now, settled=True))
+        self.links = BridgeLinks(self.sessions, self.recovery, self.gap, self.repetition,
+                                 self.heartbeat)
+        self.db_rows = DbRowsIntake(
+            self.actions, self.links.owned_now,
+            lambda sid, now: self.evaluate(self.sessions.ensure(sid), now, settled=True),
+        )
         self.started = clock.now()
         #: Set when the loop stopped for a SIGHUP reload: its caller restarts the daemon.
         self.reload_requested = False
 
     # -- OpenCode's DB (opened lazily: it may not exist yet) ----------------------------------
 
-    def db(self) -> OpenCodeDB | None:
+    def db(self) -> DaemonReads | None:
         return self._dbs.get()
+
+    # -- the bridges (what control and the heartbeat read) ------------------------------------
+
+    @property
+    def bridges(self) -> dict[str, protocol.Hello | None]:
+        return self.links.hellos
+
+    @property
+    def bridge_stats(self) -> dict[str, protocol.Stats]:
+        return self.links.stats
+
+    @property
+    def unowned(self) -> UnownedWatch:
+        return self.db_rows.unowned
 
     # -- the run loop -----------------------------------------------------------------------
 
@@ -218,30 +238,13 @@ class Loop:
         if isinstance(item, BridgeMessage):
             self._on_bridge(item.conn_id, item.message, now)
         elif isinstance(item, BridgeConnected):
-            self.bridges[item.conn_id] = item.hello
-            log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
-                     item.hello.directory)
-            # The sessions it names are its own again, with their live state (issue 11) ...
-            named = adopt_named(self.sessions, item.conn_id, item.hello, self.bridges, now)
-            self._last_beat = None if named else self._last_beat  # owners into the heartbeat
-            # What it was sent and never ran goes out again; before anything is sent to it.
-            self.recovery.resend_lost(item.conn_id, protocol.ran_injections(item.hello), now)
-            # ... and what ended while it was away is judged before its old retries may fire.
-            self.gap.bridge_hello(item.conn_id, item.hello.pid, now, named)
-            self.recovery.adopt(item.conn_id, item.hello.pid, now)
-            self.repetition.on_hello(item.conn_id, now)  # config + stored trims
+            self.links.connected(item, now)
         elif isinstance(item, BridgeClosed):
-            known = self.bridges.pop(item.conn_id, None)
-            self.bridge_stats.pop(item.conn_id, None)
-            dropped = self.sessions.drop_owner(item.conn_id)
-            for view in dropped:
-                log.info("session %s lost its owner (bridge %s closed)", view.session_id,
-                         item.conn_id)
-            self.gap.bridge_closed(item.hello or known, [v.session_id for v in dropped], now)
+            self.links.closed(item, now)
         elif isinstance(item, TimerDue):
             self.recovery.send_due(now)
         elif isinstance(item, DbRows):
-            self._on_db_rows(item, now)
+            self.db_rows.on_rows(item, now)
         elif isinstance(item, DeliveryResult):
             self.notifications.on_result(item, now)
 
@@ -253,17 +256,14 @@ class Loop:
                 self.beat(now)  # the cheapest write: does the store work again?
                 self.parts.ok(STORE, now)
             self._check_stalls(now)
-            db = self.db()
-            if db is not None and len(self.unowned):
-                self._judge_unowned(self.unowned.recheck(db, self._owned_now), now)
+            self.db_rows.recheck(self.db(), now)
             self.gap.tick(now)
             self.recovery.apply_switch(now)
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
             self.notifications.tick(now)
             self._evict_idle(now)
-            if self._last_beat is None or now - self._last_beat >= HEARTBEAT_EVERY:
-                self.beat(now)
+            self.heartbeat.tick(now)
         except (DbError, sqlite3.Error) as exc:
             self.part_failed(exc, now)
         except Exception:
@@ -291,23 +291,10 @@ class Loop:
             reply = control.answer(message, self, now)
             self._bridge.send(conn_id, reply)
         elif isinstance(message, protocol.Stats):
-            self.bridge_stats[conn_id] = message
-        if isinstance(message, protocol.Stats) and message.dropped:
-            log.warning("bridge %s dropped %s events", conn_id, message.dropped)
-
-    def _owned(self, session_id: str, conn_id: str) -> SessionView:
-        """The bridge whose traffic mentions a session owns it; a new owner is written with
-        the next tick's heartbeat, so a restarted daemon can re-adopt it by the bridge's pid."""
-        view = self.sessions.ensure(session_id)
-        if view.owner != conn_id:
-            view.owner = conn_id
-            hello = self.bridges.get(conn_id)
-            view.headless = hello is not None and bool(hello.exec)
-            self._last_beat = None
-        return view
+            self.links.on_stats(conn_id, message)
 
     def _on_chat(self, conn_id: str, chat: protocol.ChatMessage, now: datetime) -> None:
-        view = self._owned(chat.session_id, conn_id)
+        view = self.links.owned(chat.session_id, conn_id)
         view.last_activity = now
         if chat.marker is not None:
             injection = str(chat.marker.get("injection", ""))
@@ -335,7 +322,7 @@ class Loop:
         session_id = event_session_id(props)
         if session_id is None:
             return
-        view = self._owned(session_id, conn_id)
+        view = self.links.owned(session_id, conn_id)
         kind = event.event_type
         log.debug("%s %s %s", conn_id, kind, session_id)
         if kind in _PROGRESS:
@@ -417,23 +404,6 @@ class Loop:
             view.runaway_acted.add(parent)
             self.evaluate(view, now, settled=False)
 
-    # -- OpenCode DB rows -------------------------------------------------------------------
-
-    def _on_db_rows(self, rows: DbRows, now: datetime) -> None:
-        for message in rows.messages:
-            marker = message.marker
-            if marker is not None and str(marker.get("injection", "")).isdigit():
-                self.actions.confirm(int(marker["injection"]), message.id, now)
-        self._judge_unowned(self.unowned.on_rows(rows, self._owned_now), now)
-
-    def _judge_unowned(self, session_ids: set[str], now: datetime) -> None:
-        for session_id in sorted(session_ids):  # no bridge reports these: the DB is all we have
-            self.evaluate(self.sessions.ensure(session_id), now, settled=True)
-
-    def _owned_now(self, session_id: str) -> bool:
-        view = self.sessions.get(session_id)
-        return view is not None and view.owner is not None
-
     # -- deciding ---------------------------------------------------------------------------
 
     def evaluate(
@@ -504,5 +474,4 @@ class Loop:
     # -- heartbeat --------------------------------------------------------------------------
 
     def beat(self, now: datetime, *, stopping: bool = False) -> None:
-        self._last_beat = now
-        self.store.beat(now, self._pid, control.heartbeat_info(self, stopping))
+        self.heartbeat.beat(now, stopping=stopping)

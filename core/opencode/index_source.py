@@ -15,10 +15,9 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Self, cast
+from typing import Any
 
-from opencode_autoretry.opencode.db import BUSY_TIMEOUT_S, OpenCodeDB
+from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import (
     MARKED_PART_TEXT,
     PACKED_MESSAGE,
@@ -59,10 +58,6 @@ class OpenRow:
 
 class IndexSource(OpenCodeDB):
     """An ``OpenCodeDB`` with the reads of the report index."""
-
-    @classmethod
-    def open(cls, path: Path, timeout: float = BUSY_TIMEOUT_S) -> Self:
-        return cast(Self, super().open(path, timeout))  # OpenCodeDB.open builds a ``cls``
 
     def begin(self) -> None:
         """One read transaction (a snapshot in WAL mode) for a consistent sync."""

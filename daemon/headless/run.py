@@ -31,11 +31,12 @@ from typing import IO, Any
 
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.config.load import Config
-from opencode_autoretry.daemon.actions import Actions, Recovery
+from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.judge import Owner, judge_for
+from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.sessions import Sessions
 from opencode_autoretry.models import Action, Kind, LiveFacts, to_epoch_ms
-from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.run_args import RunArgs
 from opencode_autoretry.plugin_bridge.protocol import Abort, Prompt, Toast
@@ -121,7 +122,7 @@ def run_directories(run: RunArgs, cwd: str, pwd: str | None) -> set[str]:
     return {os.path.realpath(os.path.join(base, run.directory or ".")) for base in bases}
 
 
-def find_session(db: OpenCodeDB, run: RunArgs, started: datetime, cwd: str,
+def find_session(db: DaemonReads, run: RunArgs, started: datetime, cwd: str,
                  pwd: str | None = None) -> Found:
     """The root session the run worked on: the ``--session`` it named, else the one root
     session of its directory that got a user message after exec started it (ties broken by
@@ -151,7 +152,7 @@ class Runner:
     budget is exhausted, the failure is not recoverable or a signal stops it."""
 
     def __init__(
-        self, run: RunArgs, argv: list[str], store: Store, open_db: Callable[[], OpenCodeDB],
+        self, run: RunArgs, argv: list[str], store: Store, open_db: Callable[[], DaemonReads],
         config: Config, clock: Clock, *,
         spawn: Spawn = subprocess.Popen, env: Mapping[str, str] | None = None,
         cwd: str | None = None, err: IO[str] = sys.stderr,
@@ -160,7 +161,7 @@ class Runner:
     ) -> None:
         self.run, self.argv, self.store, self.clock = run, argv, store, clock
         self._open_db = open_db
-        self._db: OpenCodeDB | None = None
+        self._db: DaemonReads | None = None
         self._spawn = spawn
         self._env = {k: v for k, v in (os.environ if env is None else env).items()
                      if k not in (ENV_SESSION, ENV_MARKER)}
@@ -177,7 +178,7 @@ class Runner:
         self.child: subprocess.Popen[bytes] | None = None
         self.continuations = 0
 
-    def db(self) -> OpenCodeDB | None:
+    def db(self) -> DaemonReads | None:
         if self._db is None:
             try:
                 self._db = self._open_db()

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from opencode_autoretry.daemon.parts import OPENCODE_DB, PartHealth
-from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError, DbMissing
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class DbGuard:
     def __init__(
         self,
         path: Path,
-        open_db: Callable[[], OpenCodeDB],
+        open_db: Callable[[], DaemonReads],
         parts: PartHealth,
         clock: Callable[[], datetime],
         on_lost: Callable[[datetime], None],
@@ -47,12 +47,12 @@ class DbGuard:
         self._parts = parts
         self._clock = clock
         self._on_lost = on_lost
-        self._db: OpenCodeDB | None = None
+        self._db: DaemonReads | None = None
         self._identity: tuple[int, int] | None = None
         self._last_try: datetime | None = None
         self._ever_open = False
 
-    def get(self) -> OpenCodeDB | None:
+    def get(self) -> DaemonReads | None:
         """The open connection, or a fresh one when it is time to try again; None if down."""
         if self._db is not None:
             return self._db

@@ -24,7 +24,8 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from opencode_autoretry.daemon.actions import Actions, BridgeSender, SessionReader
+from opencode_autoretry.daemon.actions import Actions, SessionReader
+from opencode_autoretry.daemon.outbox import BridgeSender
 from opencode_autoretry.daemon.repetition.watch import LoopFound, RepetitionWatch
 from opencode_autoretry.daemon.sessions import Sessions, SessionView
 from opencode_autoretry.models import Action, Decision, LiveFacts, Turn, Verdict

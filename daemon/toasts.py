@@ -1,0 +1,39 @@
+"""The words of the toasts that say what autoretry is doing (pure: text from a decision)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from opencode_autoretry.decisions.policy import INTERRUPTION_LABELS
+from opencode_autoretry.models import Action, Decision, Kind
+
+_LABELS: Mapping[Kind, str] = {
+    **INTERRUPTION_LABELS,
+    Kind.BLANK: "blank reply",
+    Kind.THINK_ONLY: "reasoning-only reply",
+    Kind.FORGED_LENGTH: "empty 'length' reply",
+    Kind.TOOL_AS_TEXT: "tool call written as text",
+    Kind.TRUNCATED: "output cut off",
+    Kind.REPETITION: "repeating itself",
+    Kind.STALL: "stalled",
+    Kind.UNFINISHED_TODOS: "unfinished todos",
+}
+
+
+def label(kind: Kind | None) -> str:
+    return _LABELS.get(kind, str(kind)) if kind is not None else "unknown"
+
+
+def recovery_toast(decision: Decision, now: datetime) -> str:
+    """'autoretry: connection lost — continuing in 5 s (1/2)'."""
+    wait = (decision.due - now).total_seconds() if decision.due else 0.0
+    when = f"in {wait:.0f} s" if wait >= 0.5 else "now"
+    aborting = decision.action is Action.ABORT_THEN_INJECT
+    verb = "stopping and continuing" if aborting else "continuing"
+    count = f"({decision.used_after}/{decision.limit})"
+    switch = decision.switch if decision.model else None
+    if switch is not None:
+        return (f"autoretry: switched {switch.from_model} → {switch.to_model} — {verb} {when} "
+                f"{count}")
+    return f"autoretry: {label(decision.kind)} — {verb} {when} {count}"
