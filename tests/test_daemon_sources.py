@@ -14,21 +14,18 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from daemon_fakes import Harness, drain
+from opencode_rows import OpenCodeRows
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import Harness, drain  # noqa: E402
-from opencode_rows import OpenCodeRows  # noqa: E402
-
-from opencode_autoretry.cli.main import main  # noqa: E402
-from opencode_autoretry.daemon.inbox import DbRows, Shutdown, TimerDue  # noqa: E402
-from opencode_autoretry.daemon.intake.bridges import BridgeMessage  # noqa: E402
-from opencode_autoretry.daemon.intake.sources import DbTailer  # noqa: E402
-from opencode_autoretry.daemon.intake.watch import WalWatcher  # noqa: E402
-from opencode_autoretry.daemon.scheduler import RetryScheduler  # noqa: E402
-from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.store.database import Store  # noqa: E402
+from opencode_autoretry.cli.main import main
+from opencode_autoretry.daemon.inbox import DbRows, Shutdown, TimerDue
+from opencode_autoretry.daemon.intake.bridges import BridgeMessage
+from opencode_autoretry.daemon.intake.sources import DbTailer
+from opencode_autoretry.daemon.intake.watch import WalWatcher
+from opencode_autoretry.daemon.scheduler import RetryScheduler
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.plugin_bridge import protocol
+from opencode_autoretry.store.database import Store
 
 WAIT_S = 10.0
 

@@ -12,21 +12,17 @@ Timings are collected in ``TIMINGS`` and printed in the terminal summary.
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_process import FAST_CONFIG, DaemonProcess  # noqa: E402
-from fake_provider import FakeProvider  # noqa: E402
-from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home  # noqa: E402
-from standin import DaemonStandIn  # noqa: E402
-from versions import FACTS, skip_reason  # noqa: E402
+from daemon_process import FAST_CONFIG, DaemonProcess
+from fake_provider import FakeProvider
+from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home
+from standin import DaemonStandIn
+from versions import FACTS, skip_reason
 
 TIMINGS: dict[str, list[float]] = {}
 
