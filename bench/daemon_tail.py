@@ -4,10 +4,10 @@
 
 Uses the synthetic OpenCode 1.18.33 DBs that bench/reports.py caches in ``$BENCH_DIR`` or
 /tmp/autoretry-bench (built with its functions when missing; read-only here, never written).
-Times the daemon's own code, ``daemon.sources.DbTailer.read_new()`` (events after a rowid,
-messages after an id, with their parts) on one read-only ``OpenCodeDB``:
+Times the daemon's own code, ``daemon.sources.DbTailer.read_new()`` (messages after an id,
+with their parts) on one read-only ``OpenCodeDB``:
 - nothing new: the tailer primed at the end of the DB;
-- ``--new`` new messages: a tailer whose cursors start that many messages before the end
+- ``--new`` new messages: a tailer whose cursor starts that many messages before the end
   (the reader reports an earlier maximum), so it reads exactly those rows and their parts,
   as after OpenCode appended them; the DB is never written;
 - the tick's re-read of ``--new`` unfinished steps of unowned sessions
@@ -38,18 +38,11 @@ from opencode_autoretry.opencode.db import OpenCodeDB
 
 
 class RewoundReader:
-    """An ``OpenCodeDB`` whose reported end is ``new`` messages (and events) earlier."""
+    """An ``OpenCodeDB`` whose reported end is ``new`` messages earlier."""
 
-    def __init__(self, db: OpenCodeDB, message_cursor: str | None, event_cursor: int) -> None:
+    def __init__(self, db: OpenCodeDB, message_cursor: str | None) -> None:
         self._db = db
         self._message_cursor = message_cursor
-        self._event_cursor = event_cursor
-
-    def max_event_rowid(self) -> int:
-        return self._event_cursor
-
-    def events_after(self, rowid: int, limit: int) -> Sequence[Any]:
-        return self._db.events_after(rowid, limit)
 
     def max_message_id(self) -> str | None:
         return self._message_cursor
@@ -58,16 +51,15 @@ class RewoundReader:
         return self._db.messages_after(message_id, limit)
 
 
-def cursors(path: Path, new: int) -> tuple[str | None, int, list[str]]:
-    """The message id and event rowid ``new`` rows before the end, and the last ``new`` ids."""
+def cursors(path: Path, new: int) -> tuple[str | None, list[str]]:
+    """The message id ``new`` rows before the end, and the last ``new`` ids."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         ids = [r[0] for r in conn.execute(
             "SELECT id FROM message ORDER BY id DESC LIMIT ?", (new + 1,))]
-        top = conn.execute("SELECT max(rowid) FROM event").fetchone()[0] or 0
     finally:
         conn.close()
-    return ids[-1], max(0, top - new), list(reversed(ids[:-1]))
+    return ids[-1], list(reversed(ids[:-1]))
 
 
 def timed(action: Callable[[], object], setup: Callable[[], Any] | None, repeat: int
@@ -85,7 +77,7 @@ def timed(action: Callable[[], object], setup: Callable[[], Any] | None, repeat:
 def measure(path: Path, repeat: int, new: int) -> dict[str, list[float]]:
     db = OpenCodeDB.open(path)
     inbox: queue.Queue[object] = queue.Queue()
-    message_cursor, event_cursor, last_ids = cursors(path, new)
+    message_cursor, last_ids = cursors(path, new)
     results: dict[str, list[float]] = {}
 
     cold = DbTailer(lambda: db, inbox, 60.0)
@@ -100,7 +92,7 @@ def measure(path: Path, repeat: int, new: int) -> dict[str, list[float]]:
     results["tick, nothing new"] = timed(idle.read_new, None, repeat)
 
     def rewound() -> Callable[[], object]:
-        reader = RewoundReader(db, message_cursor, event_cursor)
+        reader = RewoundReader(db, message_cursor)
         tailer = DbTailer(lambda: reader, inbox, 60.0)
         tailer.prime()
         return tailer.read_new
@@ -113,7 +105,7 @@ def measure(path: Path, repeat: int, new: int) -> dict[str, list[float]]:
 
     def watch() -> Callable[[], object]:
         tracked = UnownedWatch()
-        tracked.on_rows(DbRows(events=(), messages=unfinished), lambda _sid: False)
+        tracked.on_rows(DbRows(messages=unfinished), lambda _sid: False)
         return lambda: tracked.recheck(db, lambda _sid: False)
 
     results[f"tick's re-read of {len(unfinished)} unfinished steps"] = timed(

@@ -7,9 +7,8 @@ handlers. None of them decides anything: they describe what happened and the loo
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from opencode_autoretry.daemon.intake.bridges import BridgeClosed, BridgeConnected, BridgeMessage
 from opencode_autoretry.models import Message
@@ -22,13 +21,8 @@ Inbox = queue.Queue  # Queue[object]; one per daemon. Bridge items are defined b
 
 @dataclass(frozen=True)
 class DbRows:
-    """New rows the tailer read from OpenCode's DB since its last read.
+    """New messages the tailer read from OpenCode's DB: ids after the last one seen."""
 
-    ``events`` are OpenCode's durable events (``{"type", "aggregate_id", "data"}`` mappings,
-    e.g. ``message.updated.1``); ``messages`` are messages with ids after the last one seen.
-    """
-
-    events: tuple[Mapping[str, Any], ...] = ()
     messages: tuple[Message, ...] = ()
 
 

@@ -138,10 +138,11 @@ class Hello:
     prompts: Mapping[str, Any] | None = field(default=None, repr=False)
 
 
-#: A hello names at most this many sessions (the bridge's SESSION_BOOK_LIMIT, wire.js): more
-#: is cut, the least recently active first.
+#: A hello names at most this many sessions (the bridge's SESSION_BOOK_LIMIT, books.js): more
+#: is cut, the least recently active first. The bridge's limits are pinned to these by
+#: tests/test_shared_limits.py.
 HELLO_SESSIONS = 256
-#: Asks per session and kind (the bridge's ASKS_LIMIT), and the longest id taken.
+#: Asks per session and kind (the bridge's ASKS_LIMIT, books.js), and the longest id taken.
 HELLO_ASKS = 8
 _MAX_ID = 200
 SESSION_STATUSES = ("busy", "retry", "idle")
@@ -194,7 +195,7 @@ def session_states(hello: Hello) -> tuple[tuple[SessionState, ...], int]:
     return kept, len(raw) - len(kept)
 
 
-#: A hello names at most this many continuations run (the bridge's PROMPT_BOOK_LIMIT, wire.js).
+#: A hello names at most this many continuations run (the bridge's PROMPT_BOOK_LIMIT, books.js).
 HELLO_PROMPTS = 256
 
 

@@ -1,6 +1,6 @@
 """Fakes for the daemon's unit tests: clock, bridge, timers, and a loop on a real OpenCode DB.
 
-Imported by tests/test_daemon_*.py as a plain module (they put tests/ on sys.path).
+Imported by tests/test_daemon_*.py as a plain module (pyproject's pytest ``pythonpath``).
 """
 
 from __future__ import annotations

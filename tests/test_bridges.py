@@ -104,21 +104,19 @@ def test_hello_is_announced_and_answered_with_welcome(server, inbox):
     client.close()
 
 
-def test_events_are_enqueued_and_sessions_remembered(server, inbox):
+def test_events_are_enqueued_with_their_connection_and_session(server, inbox):
+    """The loop's ``Sessions`` books the owner from these items: the connection's hello and
+    each message's connection id and session."""
     client = connect(server)
     event = {"type": "session.idle", "properties": {"sessionID": "ses_a"}}
     client.sendall(line({"type": "event", "t": 1, "event": event}))
+    connected = next_item(inbox, BridgeConnected)
     item = next_item(inbox, BridgeMessage)
     assert isinstance(item.message, Event) and item.message.session_id == "ses_a"
-    [info] = server.connections()
-    assert (info.pid, info.directory, info.url, info.sessions) == (
-        42,
-        "/proj",
-        None,
-        frozenset({"ses_a"}),
-    )
-    assert server.owner_of("ses_a") == item.conn_id
-    assert server.owner_of("ses_other") is None
+    hello = connected.hello
+    assert (hello.pid, hello.directory, hello.server_url) == (42, "/proj", None)
+    assert item.conn_id == connected.conn_id
+    assert inbox.empty()  # no other session named
     client.close()
 
 
@@ -126,7 +124,7 @@ def test_lines_of_one_write_keep_their_order_and_are_all_counted(server, inbox):
     """The bridge writes every coalesced delta of a window at once (issue 12): the daemon
     handles the lines of one read together, in order, bad lines among them dropped alone."""
     client = connect(server)
-    next_item(inbox, BridgeConnected)
+    connected = next_item(inbox, BridgeConnected)
     deltas = [("ses_a", "one "), ("ses_b", "two "), ("ses_a", "three")]
     lines = [
         line({"type": "event", "t": 1, "event": {"type": "message.part.delta", "properties": {
@@ -137,7 +135,7 @@ def test_lines_of_one_write_keep_their_order_and_are_all_counted(server, inbox):
     assert [(m.message.session_id, m.message.properties["delta"]) for m in items] == deltas
     assert server.counters().lines == 1 + len(deltas) + 1
     assert server.counters().garbage == 1
-    assert {server.owner_of("ses_a"), server.owner_of("ses_b")} == {items[0].conn_id}
+    assert {m.conn_id for m in items} == {connected.conn_id}
     client.close()
 
 
@@ -182,14 +180,15 @@ def test_close_reports_partial_line_and_hello(server, inbox):
     closed = next_item(inbox, BridgeClosed)
     assert closed.hello is not None and closed.hello.pid == 42
     assert server.counters().partial == 1
-    assert server.connections() == []
+    assert not server.send(closed.conn_id, Toast(message="gone"))  # the server let it go
 
 
 def test_many_bridges_at_once(server, inbox):
     clients = [connect(server, {**HELLO, "pid": pid}) for pid in range(1, 6)]
-    pids = {next_item(inbox, BridgeConnected).hello.pid for _ in clients}
-    assert pids == {1, 2, 3, 4, 5}
-    assert sorted(c.pid for c in server.connections()) == [1, 2, 3, 4, 5]
+    connected = [next_item(inbox, BridgeConnected) for _ in clients]
+    assert sorted(c.hello.pid for c in connected) == [1, 2, 3, 4, 5]
+    assert len({c.conn_id for c in connected}) == 5  # five live connections at once
+    assert all(server.send(c.conn_id, Toast(message="hi")) for c in connected)
     for client in clients:
         client.close()
 

@@ -43,9 +43,9 @@ from opencode_autoretry.decisions.budget import (
     DecisionContext,
     PendingEvent,
     PendingRetry,
-    advance_turn,
     decide,
     new_ledger,
+    opens_turn,
     should_cancel_pending,
 )
 from opencode_autoretry.decisions.policy import (
@@ -178,9 +178,8 @@ class World:
         return user_message(self.messages, **data)
 
     def see(self, msg: Message) -> None:
-        before = self.ledger
-        self.ledger = advance_turn(self.ledger, msg) or self.ledger
-        if self.ledger is not before:  # a new turn: per-turn bookkeeping starts again
+        if opens_turn(msg, self.ledger.turn_id):  # a new turn: per-turn bookkeeping starts again
+            self.ledger = new_ledger(msg.session_id, msg.id)
             self.sends, self.notified, self.exhausted_seen = {}, set(), frozenset()
             self.pending = None
 

@@ -10,13 +10,11 @@ import pytest
 from opencode_autoretry.decisions.budget import (
     PendingEvent,
     PendingRetry,
-    advance_turn,
     is_real_user_message,
-    new_ledger,
     opens_turn,
     should_cancel_pending,
 )
-from opencode_autoretry.models import BudgetGroup, Message, Part, PartType, Role, TurnLedger
+from opencode_autoretry.models import BudgetGroup, Message, Part, PartType, Role
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -94,22 +92,6 @@ def test_known_command_message_is_not_real():
 )
 def test_opens_turn(msg, current, opens):
     assert opens_turn(msg, current) is opens
-
-
-def test_advance_turn_resets_only_on_a_real_user_message():  # D16
-    spent = TurnLedger(
-        "ses_a", "msg_u1", {BudgetGroup.BLANK: 2}, frozenset({BudgetGroup.BLANK}), True
-    )
-    injected = message(part(text="Continue.", metadata=MARKER), msg_id="msg_u9")
-    synthetic = message(part(PartType.COMPACTION), msg_id="msg_u8")
-    command = message(part(text="/autoretry status"), msg_id="msg_u7")
-    for msg in (injected, synthetic, command):
-        assert advance_turn(spent, msg) is spent
-    fresh = advance_turn(spent, message(part(text="now do X"), msg_id="msg_u3"))
-    assert fresh == new_ledger("ses_a", "msg_u3")
-    assert fresh is not None and not fresh.exhausted and not fresh.user_aborted
-    assert advance_turn(None, injected) is None
-    assert advance_turn(None, message(part(text="first"))) == new_ledger("ses_a", "msg_u2")
 
 
 PENDING = PendingRetry("ses_a", "msg_u1", "msg_a1", BudgetGroup.DISCONNECT, T0)

@@ -3,19 +3,13 @@ is judged from OpenCode's DB, exactly once, and nothing older (issue 11, the res
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from daemon_fakes import CONN, PID, Harness, disconnect
+from opencode_rows import aborted_error
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
-from opencode_rows import aborted_error  # noqa: E402
-
-from opencode_autoretry.daemon.gap import LOOKBACK  # noqa: E402
-from opencode_autoretry.daemon.sessions import OWNER_GRACE  # noqa: E402
-from opencode_autoretry.store.database import Store  # noqa: E402
+from opencode_autoretry.daemon.gap import LOOKBACK
+from opencode_autoretry.daemon.sessions import OWNER_GRACE
+from opencode_autoretry.store.database import Store
 
 
 def owned_session(h: Harness) -> tuple[str, str]:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+from daemon_fakes import Harness, disconnect
+from opencode_rows import aborted_error, api_error
 
-from daemon_fakes import Harness, disconnect  # noqa: E402
-from opencode_rows import aborted_error, api_error  # noqa: E402
-
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.plugin_bridge import protocol
 
 
 def test_disconnect_is_continued_once_after_the_backoff(tmp_path):

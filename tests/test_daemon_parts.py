@@ -11,25 +11,21 @@ import queue
 import shutil
 import socket
 import sqlite3
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_fakes import Harness, disconnect
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import Harness, disconnect  # noqa: E402
-
-from opencode_autoretry.daemon import control  # noqa: E402
-from opencode_autoretry.daemon.intake.bridges import BridgeConnected, BridgeServer  # noqa: E402
-from opencode_autoretry.daemon.loop import Loop  # noqa: E402
-from opencode_autoretry.daemon.parts import OPENCODE_DB, SOCKET, STORE  # noqa: E402
-from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
-from opencode_autoretry.opencode.dbtypes import DbUnreadable  # noqa: E402
-from opencode_autoretry.store.database import Store, StoreView  # noqa: E402
+from opencode_autoretry.daemon import control
+from opencode_autoretry.daemon.intake.bridges import BridgeConnected, BridgeServer
+from opencode_autoretry.daemon.loop import Loop
+from opencode_autoretry.daemon.parts import OPENCODE_DB, SOCKET, STORE
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.dbtypes import DbUnreadable
+from opencode_autoretry.store.database import Store, StoreView
 
 WAIT = 5.0
 

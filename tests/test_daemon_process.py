@@ -7,9 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "e2e"))
-
-from daemon_process import DaemonProcess  # noqa: E402
+from daemon_process import DaemonProcess
 
 #: Stands in for a daemon: says it is ready, then ignores SIGTERM (or not) until killed.
 STUBBORN = (

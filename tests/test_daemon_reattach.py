@@ -5,20 +5,15 @@ user abort and a session another live bridge owns stay untouched."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_fakes import CONN, PID, Harness
+from opencode_rows import aborted_error
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import CONN, PID, Harness  # noqa: E402
-from opencode_rows import aborted_error  # noqa: E402
-
-from opencode_autoretry.daemon.inbox import BridgeConnected  # noqa: E402
-from opencode_autoretry.daemon.sessions import OWNER_GRACE  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.daemon.inbox import BridgeConnected
+from opencode_autoretry.daemon.sessions import OWNER_GRACE
+from opencode_autoretry.plugin_bridge import protocol
 
 NO_OWNER = "skip: no live owner (recorded, never injected)"
 IDLE: dict[str, Any] = {"status": "idle"}

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+from daemon_fakes import PID, Harness, disconnect
 
-from daemon_fakes import PID, Harness, disconnect  # noqa: E402
-
-from opencode_autoretry.daemon.inbox import DbRows  # noqa: E402
-from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.daemon.inbox import DbRows
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.plugin_bridge import protocol
 
 
 def errored_session(h: Harness) -> str:

@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from opencode_rows import BASE_MS, OpenCodeRows, api_error, tokens
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from opencode_rows import BASE_MS, OpenCodeRows, api_error, tokens  # noqa: E402
-
-from opencode_autoretry.models import Role  # noqa: E402
-from opencode_autoretry.opencode import db as dbmod  # noqa: E402
-from opencode_autoretry.opencode.db import (  # noqa: E402
+from opencode_autoretry.models import Role
+from opencode_autoretry.opencode import db as dbmod
+from opencode_autoretry.opencode.db import (
     DbMissing,
     DbUnreadable,
     DbUnsupported,

@@ -4,15 +4,11 @@ spacing, case), the part subset the classifier reads, and the next-row probe."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from opencode_rows import (  # noqa: E402
+from opencode_rows import (
     BASE_MS,
     OpenCodeRows,
     api_error,
@@ -21,8 +17,8 @@ from opencode_rows import (  # noqa: E402
     user_data,
 )
 
-from opencode_autoretry.models import PartType  # noqa: E402
-from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
+from opencode_autoretry.models import PartType
+from opencode_autoretry.opencode.db import OpenCodeDB
 
 
 def _finish_first(data: dict[str, Any]) -> str:

@@ -20,23 +20,19 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
+from daemon_fakes import CONN, PID, Harness, disconnect
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from opencode_rows import aborted_error, tokens
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import CONN, PID, Harness, disconnect  # noqa: E402
-from opencode_rows import aborted_error, tokens  # noqa: E402
-
-from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS  # noqa: E402
-from opencode_autoretry.models import BudgetGroup  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.decisions.policy import INTERRUPTION_GROUPS
+from opencode_autoretry.models import BudgetGroup
+from opencode_autoretry.plugin_bridge import protocol
 
 EXAMPLES = int(os.environ.get("AUTORETRY_MODEL_EXAMPLES", "150"))
 FAULTS = ("healthy", "blank", "disconnect", "tool_as_text", "length", "tool_turn")

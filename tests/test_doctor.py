@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -13,28 +12,25 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from opencode_rows import OpenCodeRows
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from opencode_rows import OpenCodeRows  # noqa: E402
-
-from opencode_autoretry import package_version  # noqa: E402
-from opencode_autoretry.cli.main import main  # noqa: E402
-from opencode_autoretry.config.settings import Settings  # noqa: E402
-from opencode_autoretry.diagnostics.doctor.checks import Status, Subject  # noqa: E402
-from opencode_autoretry.diagnostics.doctor.machine import (  # noqa: E402
+from opencode_autoretry import package_version
+from opencode_autoretry.cli.main import main
+from opencode_autoretry.config.settings import Settings
+from opencode_autoretry.diagnostics.doctor.checks import Status, Subject
+from opencode_autoretry.diagnostics.doctor.machine import (
     Machine,
     ProcessInfo,
     is_opencode,
 )
-from opencode_autoretry.diagnostics.doctor.report import (  # noqa: E402
+from opencode_autoretry.diagnostics.doctor.report import (
     doctor_json,
     render_doctor,
     run_checks,
     summary_line,
 )
-from opencode_autoretry.plugin_bridge import install as installer  # noqa: E402
-from opencode_autoretry.store.database import Heartbeat  # noqa: E402
+from opencode_autoretry.plugin_bridge import install as installer
+from opencode_autoretry.store.database import Heartbeat
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 DAEMON_PID = 5151

@@ -5,36 +5,32 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_fakes import FakeClock, Harness, disconnect
+from opencode_rows import OpenCodeRows, api_error, tokens
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import FakeClock, Harness, disconnect  # noqa: E402
-from opencode_rows import OpenCodeRows, api_error, tokens  # noqa: E402
-
-from opencode_autoretry.causes import Cause, Facts  # noqa: E402
-from opencode_autoretry.config.load import parse_config  # noqa: E402
-from opencode_autoretry.config.settings import Settings  # noqa: E402
-from opencode_autoretry.daemon.headless.run import (  # noqa: E402
+from opencode_autoretry.causes import Cause, Facts
+from opencode_autoretry.config.load import parse_config
+from opencode_autoretry.config.settings import Settings
+from opencode_autoretry.daemon.headless.run import (
     ENV_MARKER,
     ENV_SESSION,
     EXIT_GAVE_UP,
     Runner,
     exit_status,
 )
-from opencode_autoretry.daemon.judge import HEADLESS  # noqa: E402
-from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
-from opencode_autoretry.models import from_epoch_ms  # noqa: E402
-from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
-from opencode_autoretry.opencode.run_args import RunArgsError, parse_run  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.store.database import Store  # noqa: E402
+from opencode_autoretry.daemon.judge import HEADLESS
+from opencode_autoretry.decisions.policy import load_policy
+from opencode_autoretry.models import from_epoch_ms
+from opencode_autoretry.opencode.db import OpenCodeDB
+from opencode_autoretry.opencode.run_args import RunArgsError, parse_run
+from opencode_autoretry.plugin_bridge import protocol
+from opencode_autoretry.store.database import Store
 
 # -- the command line ---------------------------------------------------------------------------
 

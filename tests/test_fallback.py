@@ -4,29 +4,24 @@ and the loop sending the continuation on the next model."""
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
+from daemon_fakes import Harness
+from opencode_rows import api_error
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import Harness  # noqa: E402
-from opencode_rows import api_error  # noqa: E402
-
-from opencode_autoretry.causes import Cause  # noqa: E402
-from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger  # noqa: E402
-from opencode_autoretry.decisions.classifier import classify  # noqa: E402
-from opencode_autoretry.decisions.fallback import (  # noqa: E402
+from opencode_autoretry.causes import Cause
+from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger
+from opencode_autoretry.decisions.classifier import classify
+from opencode_autoretry.decisions.fallback import (
     FallbackError,
     check_models,
     load_fallback,
     revise,
 )
-from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
-from opencode_autoretry.models import (  # noqa: E402
+from opencode_autoretry.decisions.policy import load_policy
+from opencode_autoretry.models import (
     Action,
     BudgetGroup,
     ErrorInfo,
@@ -37,7 +32,7 @@ from opencode_autoretry.models import (  # noqa: E402
     Turn,
     Verdict,
 )
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.plugin_bridge import protocol
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 POLICY = load_policy({})

@@ -6,22 +6,18 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from fuzzing import FUZZ, report, tried
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opencode_rows import OpenCodeRows
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fuzzing import FUZZ, report, tried  # noqa: E402
-from opencode_rows import OpenCodeRows  # noqa: E402
-
-from opencode_autoretry.cli.main import main  # noqa: E402
+from opencode_autoretry.cli.main import main
 
 COMMANDS = [["diagnose"], ["timeline"], ["errors"], ["trace"], ["on"], ["off"], ["status"],
             ["bridge", "install"], ["bridge", "uninstall"], ["bridge", "status"], ["bridge"],

@@ -6,23 +6,19 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fuzzing import FUZZ, report, tried
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fuzzing import FUZZ, report, tried  # noqa: E402
-
-from opencode_autoretry.config.settings import Settings, SettingsError, resolve  # noqa: E402
-from opencode_autoretry.decisions.policy import MESSAGE_KEYS, PolicyError, load_policy  # noqa: E402
-from opencode_autoretry.models import BudgetGroup  # noqa: E402
-from opencode_autoretry.repetition.penalties import PENALTY_RANGES, load_penalties  # noqa: E402
+from opencode_autoretry.config.settings import Settings, SettingsError, resolve
+from opencode_autoretry.decisions.policy import MESSAGE_KEYS, PolicyError, load_policy
+from opencode_autoretry.models import BudgetGroup
+from opencode_autoretry.repetition.penalties import PENALTY_RANGES, load_penalties
 
 SETTINGS_KEYS = ["opencode_db", "store", "socket", "log_dir", "enabled", "poll_interval",
                  "tick_interval", "stall_timeout", "runaway_steps", "verbose", "nonsense"]

@@ -7,21 +7,16 @@ child session."""
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
+from daemon_fakes import Harness, disconnect
+from fuzzing import FUZZ, SCALARS, dumps, json_values, report, tried
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import Harness, disconnect  # noqa: E402
-from fuzzing import FUZZ, SCALARS, dumps, json_values, report, tried  # noqa: E402
-
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.plugin_bridge import protocol
 
 EVENTS = ["session.status", "session.idle", "session.error", "session.created",
           "session.updated", "session.deleted", "message.updated", "message.part.updated",

@@ -8,21 +8,17 @@ import json
 import queue
 import random
 import socket
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fuzzing import FUZZ, dumps, report, shaped, tried
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fuzzing import FUZZ, dumps, report, shaped, tried  # noqa: E402
-
-from opencode_autoretry.daemon.intake.bridges import BridgeServer, LineSplitter  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.daemon.intake.bridges import BridgeServer, LineSplitter
+from opencode_autoretry.plugin_bridge import protocol
 
 REASONS = {"bad_json", "not_object", "bad_version", "bad_type", "missing_field", "bad_field",
            "too_long"}

@@ -4,23 +4,19 @@ over a real DB whose rows hold garbage. Nothing raises; every time is a valid da
 from __future__ import annotations
 
 import sqlite3
-import sys
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
+from fuzzing import FUZZ, NUMBERS, SCALARS, dumps, json_values, report, shaped, tried
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from opencode_rows import OpenCodeRows
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from fuzzing import FUZZ, NUMBERS, SCALARS, dumps, json_values, report, shaped, tried  # noqa: E402
-from opencode_rows import OpenCodeRows  # noqa: E402
-
-from opencode_autoretry.models import Message  # noqa: E402
-from opencode_autoretry.opencode import shapes  # noqa: E402
-from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
+from opencode_autoretry.models import Message
+from opencode_autoretry.opencode import shapes
+from opencode_autoretry.opencode.db import OpenCodeDB
 
 MESSAGE_KEYS = ["role", "time", "parentID", "finish", "tokens", "error", "agent", "mode",
                 "providerID", "modelID", "model", "variant", "summary", "id", "sessionID"]

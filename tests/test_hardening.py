@@ -18,16 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from daemon_fakes import Harness, disconnect, drain
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import Harness, disconnect, drain  # noqa: E402
-
-from opencode_autoretry.daemon.commands import setup_logging  # noqa: E402
-from opencode_autoretry.daemon.intake import hardening  # noqa: E402
-from opencode_autoretry.daemon.intake.bridges import BridgeServer  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.store.database import Store  # noqa: E402
+from opencode_autoretry.daemon.commands import setup_logging
+from opencode_autoretry.daemon.intake import hardening
+from opencode_autoretry.daemon.intake.bridges import BridgeServer
+from opencode_autoretry.plugin_bridge import protocol
+from opencode_autoretry.store.database import Store
 
 SECRET = "sk-live-7f3a9c1e5b2d4f6a8c0e"  # an API key shape: must never reach a log
 CONVERSATION = "the user's private paragraph " * 40

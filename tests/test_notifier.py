@@ -7,15 +7,11 @@ import queue
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
+from notify_sink import WebhookSink
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from notify_sink import WebhookSink  # noqa: E402
-
-from opencode_autoretry.daemon.notifications.notifier import (  # noqa: E402
+from opencode_autoretry.daemon.notifications.notifier import (
     CommandChannel,
     DeliveryResult,
     DesktopChannel,
@@ -25,8 +21,8 @@ from opencode_autoretry.daemon.notifications.notifier import (  # noqa: E402
     desktop_program,
     send_test,
 )
-from opencode_autoretry.notifications.config import load_notify  # noqa: E402
-from opencode_autoretry.notifications.events import Notification, NotifyEvent  # noqa: E402
+from opencode_autoretry.notifications.config import load_notify
+from opencode_autoretry.notifications.events import Notification, NotifyEvent
 
 NOTE = Notification(NotifyEvent.GAVE_UP, "ses_a", datetime(2026, 12, 1, tzinfo=UTC), "why",
                     title="T", directory="/p", turn_id="msg_u", kind="blank", attempts=2, budget=2)

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+from daemon_fakes import Harness
+from opencode_rows import api_error
 
-from daemon_fakes import Harness  # noqa: E402
-from opencode_rows import api_error  # noqa: E402
-
-from opencode_autoretry.daemon.loop import Loop  # noqa: E402
-from opencode_autoretry.daemon.notifications.notifier import DeliveryResult  # noqa: E402
-from opencode_autoretry.notifications.events import Notification  # noqa: E402
-from opencode_autoretry.notifications.records import notifications  # noqa: E402
-from opencode_autoretry.opencode.db import OpenCodeDB  # noqa: E402
+from opencode_autoretry.daemon.loop import Loop
+from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
+from opencode_autoretry.notifications.events import Notification
+from opencode_autoretry.notifications.records import notifications
+from opencode_autoretry.opencode.db import OpenCodeDB
 
 
 @dataclass

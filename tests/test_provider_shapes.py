@@ -6,17 +6,12 @@ response headers and bodies the fake sends (``tests/e2e/fake_shapes.py``)."""
 from __future__ import annotations
 
 import json
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "e2e"))
-
-from fake_shapes import AUTH_FAILED, CLOUDFLARE_524, NGINX_PAGE, OVERLOADED  # noqa: E402
-from provider_shapes import SHAPES, Shape  # noqa: E402
+from fake_shapes import AUTH_FAILED, CLOUDFLARE_524, NGINX_PAGE, OVERLOADED
+from provider_shapes import SHAPES, Shape
 
 from opencode_autoretry.decisions.classifier import is_retryable, retry_hint_ms
 from opencode_autoretry.decisions.error_kinds import classify_error

@@ -4,24 +4,19 @@ loops, trims recorded and re-sent on hello, penalties config."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from daemon_fakes import CONN, Harness
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import CONN, Harness  # noqa: E402
-
-from opencode_autoretry.config.load import parse_config  # noqa: E402
-from opencode_autoretry.config.settings import SettingsError  # noqa: E402
-from opencode_autoretry.daemon.repetition.guard import RepetitionGuard  # noqa: E402
-from opencode_autoretry.daemon.repetition.watch import RepetitionWatch  # noqa: E402
-from opencode_autoretry.decisions.policy import DEFAULT_MESSAGES  # noqa: E402
-from opencode_autoretry.models import Action  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
-from opencode_autoretry.repetition.penalties import load_penalties  # noqa: E402
+from opencode_autoretry.config.load import parse_config
+from opencode_autoretry.config.settings import SettingsError
+from opencode_autoretry.daemon.repetition.guard import RepetitionGuard
+from opencode_autoretry.daemon.repetition.watch import RepetitionWatch
+from opencode_autoretry.decisions.policy import DEFAULT_MESSAGES
+from opencode_autoretry.models import Action
+from opencode_autoretry.plugin_bridge import protocol
+from opencode_autoretry.repetition.penalties import load_penalties
 
 LOOP = "The same sentence comes again and again. "
 PROSE = "Here is what I found in the repository, step by step, before the trouble began. "

@@ -4,13 +4,9 @@ violation and passes its good case (issue 11)."""
 from __future__ import annotations
 
 import random
-import sys
 from dataclasses import replace
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "e2e"))
-
-from soak_checks import (  # noqa: E402
+from soak_checks import (
     DecisionRow,
     Floor,
     InjectionRow,
@@ -24,7 +20,7 @@ from soak_checks import (  # noqa: E402
     segments,
     table,
 )
-from soak_plan import (  # noqa: E402
+from soak_plan import (
     BY_NAME,
     MENU,
     Expect,

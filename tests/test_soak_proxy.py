@@ -4,14 +4,11 @@ only part of a line through before closing both ends (issue 11)."""
 from __future__ import annotations
 
 import socket
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "e2e"))
-
-from soak_chaos import Gate, SocketProxy, _cut_point  # noqa: E402
+from soak_chaos import Gate, SocketProxy, _cut_point
 
 
 def _upstream(path: Path, got: list[bytes], done: threading.Event) -> socket.socket:

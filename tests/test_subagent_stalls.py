@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from daemon_fakes import Harness
+from opencode_rows import aborted_error
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import Harness  # noqa: E402
-from opencode_rows import aborted_error  # noqa: E402
-
-from opencode_autoretry.config.settings import SettingsError, resolve  # noqa: E402
-from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger  # noqa: E402
-from opencode_autoretry.decisions.policy import load_policy  # noqa: E402
-from opencode_autoretry.decisions.subagents import (  # noqa: E402
+from opencode_autoretry.config.settings import SettingsError, resolve
+from opencode_autoretry.decisions.budget import DecisionContext, decide, new_ledger
+from opencode_autoretry.decisions.policy import load_policy
+from opencode_autoretry.decisions.subagents import (
     OFF_REASON,
     subagent_stall_verdict,
     subagent_toast,
     whole_seconds,
 )
-from opencode_autoretry.models import Action, Kind, LiveFacts  # noqa: E402
-from opencode_autoretry.plugin_bridge import protocol  # noqa: E402
+from opencode_autoretry.models import Action, Kind, LiveFacts
+from opencode_autoretry.plugin_bridge import protocol
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 VERDICT = subagent_stall_verdict(182.4, "msg_child_step")

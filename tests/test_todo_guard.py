@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from daemon_fakes import Harness  # noqa: E402
+from daemon_fakes import Harness
 
 START_TEXT = "I've written the plan. I'll start with the first one."
 

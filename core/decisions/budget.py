@@ -119,20 +119,6 @@ def opens_turn(
     return is_real_user_message(message, known_injected_ids, known_command_ids=known_command_ids)
 
 
-def advance_turn(
-    ledger: TurnLedger | None,
-    message: Message,
-    known_injected_ids: Collection[str] = (),
-    *,
-    known_command_ids: Collection[str] = (),
-) -> TurnLedger | None:
-    """The ledger after seeing ``message``: fresh if it opens a turn, otherwise unchanged."""
-    current = ledger.turn_id if ledger is not None else None
-    if opens_turn(message, current, known_injected_ids, known_command_ids=known_command_ids):
-        return new_ledger(message.session_id, message.id)
-    return ledger
-
-
 # --- pending retries -----------------------------------------------------------------------
 
 

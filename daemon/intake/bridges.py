@@ -36,9 +36,6 @@ from opencode_autoretry.plugin_bridge import protocol
 from opencode_autoretry.plugin_bridge.protocol import (
     MAX_LINE_BYTES,
     BridgeInbound,
-    ChatMessage,
-    Command,
-    Event,
     Hello,
     ProtocolError,
     Unknown,
@@ -85,18 +82,6 @@ BridgeItem = BridgeConnected | BridgeMessage | BridgeClosed
 
 
 @dataclass(frozen=True)
-class BridgeInfo:
-    conn_id: str
-    pid: int | None
-    directory: str | None
-    project: str | None
-    opencode: str | None
-    url: str | None
-    connected_at: datetime
-    sessions: frozenset[str]
-
-
-@dataclass(frozen=True)
 class BridgeCounters:
     lines: int = 0
     garbage: int = 0  # not JSON / not a valid v1 message
@@ -114,7 +99,6 @@ class _Conn:
     connected_at: datetime
     write_lock: threading.Lock = field(default_factory=threading.Lock)
     hello: Hello | None = None
-    sessions: set[str] = field(default_factory=set)
 
 
 class LineSplitter:
@@ -146,14 +130,6 @@ class LineSplitter:
     def leftover(self) -> int:
         """Bytes of an unfinished line (not counting an oversized one being skipped)."""
         return 0 if self._skipping else len(self._buffer.strip())
-
-
-def _session_of(message: BridgeInbound) -> str | None:
-    if isinstance(message, Event):
-        return message.session_id
-    if isinstance(message, ChatMessage | Command):
-        return message.session_id
-    return None
 
 
 def _prepare_path(path: Path) -> None:
@@ -305,17 +281,6 @@ class BridgeServer:
             return False
         return True
 
-    def connections(self) -> list[BridgeInfo]:
-        with self._lock:
-            conns = list(self._conns.values())
-        return [self._info(conn) for conn in conns if conn.hello is not None]
-
-    def owner_of(self, session_id: str) -> str | None:
-        """The newest live connection whose traffic mentioned ``session_id``."""
-        with self._lock:
-            owners = [c for c in self._conns.values() if session_id in c.sessions]
-        return owners[-1].conn_id if owners else None
-
     def counters(self) -> BridgeCounters:
         with self._lock:
             return BridgeCounters(**self._counters)
@@ -415,10 +380,6 @@ class BridgeServer:
             self.send(conn.conn_id, Welcome(daemon=self._daemon_version))
             return
         self._wait_for_room(conn)
-        session_id = _session_of(message)
-        if session_id and session_id not in conn.sessions:  # only this thread adds to it
-            with self._lock:  # readers of ``sessions`` (owner_of, _info) copy it under it
-                conn.sessions.add(session_id)
         self._inbox.put(BridgeMessage(conn.conn_id, message, now))
 
     def _wait_for_room(self, conn: _Conn) -> None:
@@ -442,18 +403,3 @@ class BridgeServer:
     def _count(self, name: str, n: int = 1) -> None:
         with self._lock:
             self._counters[name] += n
-
-    def _info(self, conn: _Conn) -> BridgeInfo:
-        hello = conn.hello
-        with self._lock:
-            sessions = frozenset(conn.sessions)
-        return BridgeInfo(
-            conn_id=conn.conn_id,
-            pid=hello.pid if hello else None,
-            directory=hello.directory if hello else None,
-            project=hello.project if hello else None,
-            opencode=hello.opencode if hello else None,
-            url=hello.server_url if hello else None,
-            connected_at=conn.connected_at,
-            sessions=sessions,
-        )

@@ -1,9 +1,10 @@
 """The DB tailer: a producer thread that reads only what is new in OpenCode's DB.
 
-It keeps two cursors, the last durable-event rowid and the last message id, so the cost of a
-read depends on what changed, never on the size of the DB. It reads when woken (the -wal
-watcher) or, if the file system stays silent, every ``poll_interval`` seconds; what it reads
-goes into the inbox as one ``DbRows`` item. It never decides anything.
+It keeps one cursor, the last message id, so the cost of a read depends on what changed,
+never on the size of the DB. OpenCode's durable ``event`` table is not read: the loop has no
+use for it (1.18 leaves it empty for v1 sessions; the bridges stream the events). It reads
+when woken (the -wal watcher) or, if the file system stays silent, every ``poll_interval``
+seconds; what it reads goes into the inbox as one ``DbRows`` item. It never decides anything.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from opencode_autoretry.daemon.inbox import DbRows
 from opencode_autoretry.daemon.intake.db_guard import file_identity
@@ -29,23 +30,8 @@ BATCH = 500
 class TailReader(Protocol):
     """The part of ``opencode.db.OpenCodeDB`` the tailer needs."""
 
-    def max_event_rowid(self) -> int: ...
-    def events_after(self, rowid: int, limit: int) -> Sequence[Any]: ...
     def max_message_id(self) -> str | None: ...
     def messages_after(self, message_id: str | None, limit: int) -> Sequence[Message]: ...
-
-
-def event_rowid(row: Any) -> int:
-    """The reader's event rows may be mappings or small dataclasses; both carry a rowid."""
-    value = row.get("rowid") if isinstance(row, Mapping) else getattr(row, "rowid", None)
-    return int(value or 0)
-
-
-def event_mapping(row: Any) -> Mapping[str, Any]:
-    if isinstance(row, Mapping):
-        return row
-    keys = ("rowid", "id", "aggregate_id", "seq", "type", "data")
-    return {key: getattr(row, key, None) for key in keys}
 
 
 class DbTailer:
@@ -64,7 +50,6 @@ class DbTailer:
         self._reader_thread: int | None = None
         self._identity: tuple[int, int] | None = None
         self._primed = False
-        self._rowid = 0
         self._message_id: str | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -74,7 +59,7 @@ class DbTailer:
         self._wake.set()
 
     def prime(self) -> bool:
-        """Start the cursors at the DB's current end (history is the loop's rebuild's job).
+        """Start the cursor at the DB's current end (history is the loop's rebuild's job).
         False when the DB cannot be opened yet; a later read retries."""
         if self._primed:
             return True
@@ -82,7 +67,6 @@ class DbTailer:
         if reader is None:
             return False
         try:
-            self._rowid = reader.max_event_rowid()
             self._message_id = reader.max_message_id()
         except (sqlite3.Error, DbError) as exc:
             log.debug("OpenCode DB not readable yet: %s", exc)
@@ -106,7 +90,7 @@ class DbTailer:
 
     def _follow_replacement(self) -> None:
         """A deleted or replaced DB file: the old connection would read the old file forever,
-        and the cursors belong to it. Start over at the new file's end (the loop's gap review
+        and the cursor belongs to it. Start over at the new file's end (the loop's gap review
         judges what was written before we looked)."""
         path = getattr(self._reader, "path", None)
         if path is None or file_identity(path) == self._identity:
@@ -117,33 +101,21 @@ class DbTailer:
         self._reader, self._primed = None, False
 
     def read_new(self) -> DbRows | None:
-        """Read everything after the cursors, enqueue it as one item and return it."""
+        """Read every message after the cursor, enqueue them as one item and return it."""
         self._follow_replacement()
         reader = self._reader_here() if self.prime() else None
         if reader is None:
             return None
         try:
-            events = self._drain_events(reader)
             messages = self._drain_messages(reader)
         except (sqlite3.Error, DbError) as exc:  # a busy or rotated DB: the next wake reads again
             log.warning("reading OpenCode's DB failed: %s", exc)
             return None
-        if not events and not messages:
+        if not messages:
             return None
-        rows = DbRows(events=tuple(events), messages=tuple(messages))
+        rows = DbRows(messages=tuple(messages))
         self._inbox.put(rows)
         return rows
-
-    def _drain_events(self, reader: TailReader) -> list[Mapping[str, Any]]:
-        found: list[Mapping[str, Any]] = []
-        while True:
-            batch = reader.events_after(self._rowid, self._batch)
-            if not batch:
-                return found
-            self._rowid = max(self._rowid, *(event_rowid(row) for row in batch))
-            found.extend(event_mapping(row) for row in batch)
-            if len(batch) < self._batch:
-                return found
 
     def _drain_messages(self, reader: TailReader) -> list[Message]:
         found: list[Message] = []

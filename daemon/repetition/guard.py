@@ -39,7 +39,7 @@ WATCHED_EVENTS = frozenset(
     {"message.part.delta", "message.part.updated", "message.updated", "session.deleted"}
 )
 TRIM_RESEND_WINDOW = timedelta(days=7)  # trims older than this are not re-sent on hello
-TRIM_RESEND_MAX = 2000  # = the bridge's TRIM_LIMIT
+TRIM_RESEND_MAX = 2000  # = the bridge's TRIM_LIMIT (tests/test_shared_limits.py)
 Decide = Callable[[SessionView, Turn, Verdict, LiveFacts, datetime], Decision]
 
 

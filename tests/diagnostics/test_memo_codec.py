@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta, timezone
 
-from conftest import NOW, Seeded
+from seeded_reports import NOW, Seeded
 
 from opencode_autoretry.diagnostics.index.indexed_db import lean_step
 from opencode_autoretry.diagnostics.index.memo_codec import decode, encode

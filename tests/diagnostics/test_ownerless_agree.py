@@ -8,8 +8,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from conftest import NOW, OLD_MS
 from opencode_rows import BASE_MS, OpenCodeRows
+from seeded_reports import NOW, OLD_MS
 
 from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.models import Action, Decision, Kind

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import NOW, Seeded
 from exhaustive_db import ExhaustiveDB, diagnose_report
 from opencode_rows import OpenCodeRows, api_error, assistant_data, tokens
+from seeded_reports import NOW, Seeded
 
 from opencode_autoretry.diagnostics import diagnose
 from opencode_autoretry.opencode.db import OpenCodeDB

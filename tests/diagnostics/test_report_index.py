@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import Path
 
 from click.testing import Result
-from conftest import NOW, Seeded
+from seeded_reports import NOW, Seeded
 
 from opencode_autoretry.diagnostics.diagnose import build_diagnose
 from opencode_autoretry.diagnostics.index.keeper import IndexKeeper

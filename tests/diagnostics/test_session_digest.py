@@ -10,8 +10,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
-from conftest import NOW, Seeded
 from opencode_rows import tokens
+from seeded_reports import NOW, Seeded
 
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json
 from opencode_autoretry.diagnostics.index.report_index import prepare, refresh, save

@@ -8,7 +8,7 @@ import json
 from datetime import UTC, date, timedelta, timezone
 from pathlib import Path
 
-from conftest import NOW
+from seeded_reports import NOW
 
 from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, render_diagnose

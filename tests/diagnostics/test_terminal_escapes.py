@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import NOW
 from opencode_rows import BASE_MS, OpenCodeRows, api_error, assistant_data, tokens, tool_part
+from seeded_reports import NOW
 
 from opencode_autoretry.models import Action, Decision, Kind
 from opencode_autoretry.store.database import Store

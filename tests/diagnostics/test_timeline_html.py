@@ -4,18 +4,14 @@ text here and in a real browser (headless Chromium) when one is installed."""
 from __future__ import annotations
 
 import re
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from browser import check_page, find_chromium
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/browser.py
-
-from browser import check_page, find_chromium  # noqa: E402
-
-from opencode_autoretry.causes import Cause, Facts  # noqa: E402
-from opencode_autoretry.diagnostics.timeline.page import GAP_CAP, Axis  # noqa: E402
+from opencode_autoretry.causes import Cause, Facts
+from opencode_autoretry.diagnostics.timeline.page import GAP_CAP, Axis
 
 
 def write_page(invoke, session: str, target: Path) -> str:

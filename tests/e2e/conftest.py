@@ -13,25 +13,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from daemon_process import FAST_CONFIG, DaemonProcess
+from fake_provider import FakeProvider
+from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home
+from standin import DaemonStandIn
+from versions import FACTS, skip_reason
 
-sys.path.insert(0, str(Path(__file__).parent))
 # The suite may run under coverage.py (README's test command): its workers are measured, but
 # the daemons, CLIs and OpenCode processes the e2e tests start are left unmeasured, so they run
 # at the speed their timing bounds were set for.
 os.environ.pop("COVERAGE_PROCESS_CONFIG", None)
-
-from daemon_process import FAST_CONFIG, DaemonProcess  # noqa: E402
-from fake_provider import FakeProvider  # noqa: E402
-from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home  # noqa: E402
-from standin import DaemonStandIn  # noqa: E402
-from versions import FACTS, skip_reason  # noqa: E402
 
 TIMINGS: dict[str, list[float]] = {}
 

@@ -118,11 +118,26 @@ class DaemonStandIn:
         self.wait_for(is_new_hello, timeout, f"bridge hello #{after + 1}")
         return seen[after]
 
+    def live_connections(self) -> list[str]:
+        """The ids of the connections that said hello and have not closed, oldest first (read
+        from the inbox items, as the daemon's loop books them)."""
+        items = self.items()
+        closed = {i.conn_id for i in items if isinstance(i, BridgeClosed)}
+        return [i.conn_id for i in items if isinstance(i, BridgeConnected)
+                and i.conn_id not in closed]
+
+    def sessions_named(self, conn_id: str) -> frozenset[str]:
+        """The sessions the messages of connection ``conn_id`` named."""
+        return frozenset(
+            session for i in self.items() if isinstance(i, BridgeMessage) and i.conn_id == conn_id
+            and (session := getattr(i.message, "session_id", None))
+        )
+
     def request(self, message: Any, timeout: float = 15.0) -> Ack:
         """Send a request (its ``id`` must be set) to the newest bridge and wait for its ack."""
-        conns = self.server.connections()
+        conns = self.live_connections()
         assert conns, "stand-in: no bridge connected"
-        assert self.server.send(conns[-1].conn_id, message), "stand-in: send failed"
+        assert self.server.send(conns[-1], message), "stand-in: send failed"
         item = self.wait_for(
             lambda i: (
                 isinstance(i, BridgeMessage)

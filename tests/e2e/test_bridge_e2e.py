@@ -109,7 +109,9 @@ def test_bridge_says_hello_and_streams_a_real_turn(
     assert chat.text == "Say hello [[s:normal]]"
     stats = standin.wait_for(_is(Stats), TURN_TIMEOUT, "stats").message
     assert stats.dropped == 0
-    assert [c.sessions for c in standin.server.connections()] == [frozenset({session})]
+    assert [standin.sessions_named(c) for c in standin.live_connections()] == [
+        frozenset({session})
+    ]
 
 
 @pytest.mark.parametrize("arguments", ["status", "off", "on here"])

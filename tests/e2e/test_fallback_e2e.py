@@ -9,15 +9,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from daemon_process import FAST_CONFIG, wait_until
 from fake_unattended import install as install_unattended
+from notify_sink import WebhookSink
 from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok, injected, toast
-
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from notify_sink import WebhookSink  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 

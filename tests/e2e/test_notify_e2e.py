@@ -17,12 +17,10 @@ from typing import Any
 import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_unattended import install as install_unattended
+from notify_sink import WebhookSink
 from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok
 
-sys.path.insert(0, str(Path(__file__).parent.parent))
-from notify_sink import WebhookSink  # noqa: E402
-
-from opencode_autoretry.notifications.records import notifications  # noqa: E402
+from opencode_autoretry.notifications.records import notifications
 
 pytestmark = pytest.mark.e2e
 

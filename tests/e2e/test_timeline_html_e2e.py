@@ -15,11 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from browser import check_page, find_chromium
 from daemon_process import DaemonProcess, wait_until
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/browser.py
-
-from browser import check_page, find_chromium  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
