@@ -91,3 +91,11 @@ def test_js_reader_reads_products_strings_and_comments() -> None:
     assert js_const(text, "S") == "x // y"
     with pytest.raises(AssertionError):
         js_const(text, "B")
+
+
+def test_the_bridge_carries_the_package_version():
+    """One version: pyproject's (read from the installed metadata) is the bridge's too, so the
+    hello's ``bridge`` field and doctor's "bridge current" check speak of the same release."""
+    from opencode_autoretry import package_version
+
+    assert js_value("wire.js", "BRIDGE_VERSION") == package_version()
