@@ -27,13 +27,23 @@ from typing import Any
 
 from opencode_autoretry.config.load import Config, parse_config
 from opencode_autoretry.config.settings import STALL_KEYS, STALL_TABLE, Settings, resolve
-from opencode_autoretry.decisions.policy import MESSAGE_KEYS, SHARED_CAP_KEY, GroupBudget, Policy
+from opencode_autoretry.decisions.policy import (
+    DEFAULT_MESSAGES,
+    MESSAGE_KEYS,
+    SHARED_CAP_KEY,
+    GroupBudget,
+    Policy,
+)
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import NotifyConfig
 from opencode_autoretry.repetition.penalties import PENALTY_RANGES
 from opencode_autoretry.todos.continuation import TodoConfig
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+#: Where "…" points: the built-in texts, and the [todos] texts with their defaults.
+BUILT_IN_TEXTS = ROOT / "docs" / "how-it-decides.md"
+TODOS_PAGE = ROOT / "docs" / "todos.md"
 MARKER = "<!-- config-reference -->"
 #: A commented-out key or table header (prose comments never start with ``word = `` or ``[``).
 COMMENTED = re.compile(r'^# ?(\[[^\]]+\](?:\s+#.*)?|[A-Za-z0-9_"*./-]+ = .+)$')
@@ -211,6 +221,20 @@ def test_a_commented_text_is_the_built_in_one_or_stands_for_it() -> None:
     assert {f"messages.{key}" for key in MESSAGE_KEYS} <= set(shown), "a message is not listed"
     wrong = {key: value for key, value in shown.items() if value not in (BUILT_IN, texts[key])}
     assert wrong == {}, f"README shows a text that is not the built-in one: {wrong}"
+
+
+def test_the_built_in_texts_are_where_the_reference_points() -> None:
+    """README's "…" stands for a text docs/ shows word for word: [messages] in
+    how-it-decides.md, [todos] in todos.md (its config.toml example)."""
+    page = BUILT_IN_TEXTS.read_text(encoding="utf-8")
+    missing = [key for key, text in DEFAULT_MESSAGES.items() if f'- `{key}`: "{text}"' not in page]
+    assert missing == [], f"built-in texts not shown in {BUILT_IN_TEXTS.name}: {missing}"
+    blocks = re.findall(r"```toml\n(.*?)```", TODOS_PAGE.read_text(encoding="utf-8"), re.S)
+    shown = next(tomllib.loads(b)["todos"] for b in blocks if "[todos]" in b)
+    defaults = TodoConfig()
+    texts = [f.name for f in fields(TodoConfig) if isinstance(getattr(defaults, f.name), str)]
+    assert texts and {key: shown.get(key) for key in texts} == {
+        key: getattr(defaults, key) for key in texts}
 
 
 def test_every_budget_group_is_in_the_reference() -> None:
