@@ -19,9 +19,10 @@ step (blank, forged length, tool call as text, disconnect) of a root session who
 reached the daemon; its group's budget left in the turn's ledger (count, shared interruption
 cap, not exhausted, not already handled); autoretry on; a live owner (the bridge was never away
 while the clock moved on: past the owner grace a continuation is given up by design); nothing in
-the way (its child busy, an abort the daemon asked for still in flight); and still the last step
-of the session's open turn at the end (no user message, no user abort, no step OpenCode took by
-itself since) with no ``off here`` since.
+the way (its child busy, an abort the daemon asked for still in flight); and no ``off here``
+since. If the session moved on before the continuation went out (a user message, a user abort,
+a step OpenCode took by itself), it must at least have been decided by then: the move cancels a
+waiting back-off, by design. A failure still its session's last step must have gone out.
 
 The suite runs ``AUTORETRY_MODEL_EXAMPLES`` sequences (default 150); the figure in the README
 comes from a run with 10 000 (``AUTORETRY_MODEL_EXAMPLES=10000 pytest -n 0 --timeout=0
@@ -87,7 +88,7 @@ class Tally:
     """Across the sequences of one run, for the printed figure."""
 
     sequences: int = 0
-    steps: int = 0  # OpenCode's own steps (the ``step`` rule)
+    steps: int = 0  # ``step`` rules drawn (OpenCode's own steps; a no-op in a closed turn)
     events: int = 0  # bridge messages the daemon handled
     continuations: int = 0
     owed: int = 0  # failures the liveness check held to exactly one continuation
@@ -441,7 +442,7 @@ def test_decision_path(record_property: Callable[[str, object], None],
     ))
     run = Tally(**{k: v - getattr(before, k) for k, v in vars(TALLY).items()})
     with capsys.disabled():
-        print(f"\n[decision model] sequences: {run.sequences}, OpenCode steps: {run.steps}, "
+        print(f"\n[decision model] sequences: {run.sequences}, step rules: {run.steps}, "
               f"events handled: {run.events}, continuations sent: {run.continuations}, "
               f"failures held to exactly one: {run.owed}")
     for name, value in vars(run).items():
