@@ -28,7 +28,8 @@ from opencode_autoretry.store.database import STALE_HEARTBEAT, Heartbeat
 
 SERVICE = "opencode-autoretry.service"
 LAUNCHD_LABEL = "com.github.opencode-autoretry"
-START_DAEMON = "start the daemon: ./install.sh (service) or autoretry run"
+START_DAEMON = ("start the daemon: autoretry start (autoretry setup makes it a service), or "
+                "autoretry run in a terminal")
 BAD_LINE_COUNTERS = ("garbage", "oversize", "unknown", "partial", "rejected")
 
 
@@ -279,8 +280,8 @@ def check_service(subject: Subject, machine: Machine) -> Check:
         return _launchd(machine, plist)
     if live_info(subject, machine):
         return ok("service", "none: the daemon runs detached (not restarted after a reboot)")
-    return warn("service", "no systemd user unit or launchd agent", "./install.sh sets one up "
-                "(or add `autoretry run` to your session start-up)")
+    return warn("service", "no systemd user unit or launchd agent", "autoretry setup (or "
+                "./install.sh) sets one up (or add `autoretry run` to your session start-up)")
 
 
 def _mode_problem(path: Path, allowed: int, uid: int, kind: str) -> str | None:
