@@ -74,6 +74,7 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.pidfile import pid_file_path, remove_pid_file, write_pid_file
     from opencode_autoretry.daemon.scheduler import RetryScheduler
+    from opencode_autoretry.daemon.telemetry.recorder import start_telemetry
     from opencode_autoretry.diagnostics.index.keeper import IndexKeeper
     from opencode_autoretry.opencode.db import OpenCodeDB
     from opencode_autoretry.store.database import Store
@@ -83,13 +84,15 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     inbox: queue.Queue[object] = queue.Queue()
     parts = PartHealth()  # what is broken: logged once, shown by `autoretry status`
     notifier = start_notifier(config.notify, inbox.put)  # workers post their results to the inbox
+    # issue 24: OpenTelemetry is imported only when [telemetry] otlp_endpoint is set
+    telemetry = start_telemetry(config.telemetry, store)
     bridges = BridgeServer(settings.socket, inbox, parts=parts)
     timers = RetryScheduler(inbox)
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
     loop = Loop(config, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
-                SystemClock(), parts=parts, notifier=notifier)
+                SystemClock(), parts=parts, notifier=notifier, telemetry=telemetry)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))
@@ -122,6 +125,8 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
         bridges.stop()
         if notifier is not None:
             notifier.stop()
+        if telemetry is not None:  # the last spans and counters, within a bound
+            telemetry.shutdown()
         store.close()
         if not loop.reload_requested:
             remove_pid_file(pid_file, os.getpid())

@@ -18,10 +18,11 @@ from opencode_autoretry.decisions.policy import (
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import EVENTS, NotifyConfig
 from opencode_autoretry.repetition.penalties import PENALTY_RANGES
+from opencode_autoretry.telemetry.config import TelemetryConfig
 from opencode_autoretry.todos.continuation import TodoConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback"}
+RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "telemetry"}
 TEXTS = {"message", "stagnation_notice", "exhausted_notice"}
 
 
@@ -80,6 +81,9 @@ def accepted() -> dict[str, str | None]:
     for f in fields(NotifyConfig):
         keys[f"notify.{f.name}"] = shown(getattr(notify, f.name))
     keys.update({'fallback."<provider/model>"': None, 'fallback."*"': None})
+    telemetry = TelemetryConfig()
+    for f in fields(TelemetryConfig):
+        keys[f"telemetry.{f.name}"] = shown(getattr(telemetry, f.name))
     return keys
 
 
