@@ -58,13 +58,26 @@ def _daemon_line(report: Mapping[str, Any], now: datetime, zone: tzinfo | None) 
             f"{local_time(now.isoformat(), zone)}")
 
 
-def _session_lines(report: Mapping[str, Any]) -> list[str]:
+def _waits_on(session_id: str, entry: Mapping[str, Any], report: Mapping[str, Any],
+              now: datetime) -> str:
+    """What the session waits on: the user (a permission or a question: autoretry never
+    continues it then), else a continuation of autoretry's, else nothing."""
+    waiting = entry.get("waiting")
+    if isinstance(waiting, list) and waiting:
+        return f"waiting on the user: {', '.join(str(w) for w in waiting)}"
+    mine = [p for p in report["pending"] if p["session_id"] == session_id]
+    if mine:
+        first = mine[0]
+        when = ("sent" if first["state"] == "sent" else countdown(first["due"], now))
+        return f"waiting on autoretry: continuation #{first['id']} ({when})"
+    return "waiting on nothing"
+
+
+def _session_lines(report: Mapping[str, Any], now: datetime) -> list[str]:
     sessions: Mapping[str, Mapping[str, Any]] = report["sessions"]
     lines = [f"sessions ({len(sessions)}):"]
     for session_id, entry in sessions.items():
-        waiting = entry.get("waiting")
-        waits = (f"waiting on the user: {', '.join(str(w) for w in waiting)}"
-                 if isinstance(waiting, list) and waiting else "waiting on nothing")
+        waits = _waits_on(session_id, entry, report, now)
         lines.append(f"  {session_id}  {entry.get('status') or '?'}  {waits}")
     if not sessions:
         lines.append("  none (no OpenCode window with the bridge is open)")
@@ -100,7 +113,7 @@ def render_watch(report: Mapping[str, Any], now: datetime, zone: tzinfo | None =
     """The live view's text: the daemon, the sessions and what each waits on, the pending
     continuations with their countdown, the newest decisions. Already made safe for a
     terminal (``visible``)."""
-    lines = [_daemon_line(report, now, zone), *_session_lines(report),
+    lines = [_daemon_line(report, now, zone), *_session_lines(report, now),
              *_pending_lines(report, now, zone), *_decision_lines(report, zone)]
     return visible("\n".join(lines))
 

@@ -66,7 +66,7 @@ def test_the_view_shows_sessions_waits_countdowns_and_decisions_newest_first() -
     assert lines[0] == ("autoretry on · daemon running (pid 321, heartbeat 1.5 s ago) · "
                         "1 bridge(s) · 2026-11-30 15:30:00")
     assert "  ses_busy  busy  waiting on the user: permission" in lines
-    assert "  ses_idle  idle  waiting on nothing" in lines
+    assert "  ses_idle  idle  waiting on autoretry: continuation #4 (in 12 s)" in lines
     assert "  no live owner (never continued): ses_lost" in lines
     assert "pending continuations (2):" in lines
     assert "  #4 ses_idle  due 2026-11-30 15:30:12 (in 12 s)" in lines
@@ -195,7 +195,7 @@ def test_ctrl_c_ends_the_plain_watch_with_exit_0_and_no_traceback(tmp_path: Path
     assert code == 0, stderr
     assert "Traceback" not in stderr and "Aborted" not in stderr, stderr
     text = seen.decode()
-    assert "ses_a  busy  waiting on nothing" in text
+    assert "ses_a  busy  waiting on autoretry: continuation #1 (in " in text
     assert re.search(r"\(in (59|60) min \d\d s\)", text), text
     assert "\x1b[" not in text, "cursor or colour codes in the plain output"
 
@@ -227,5 +227,5 @@ def test_ctrl_c_ends_the_live_view_on_a_terminal_with_exit_0(tmp_path: Path) -> 
     text = seen.decode(errors="replace")
     assert code == 0, text
     assert "Traceback" not in text and "Aborted" not in text, text
-    assert "ses_a  busy  waiting on nothing" in text
+    assert "ses_a  busy  waiting on autoretry: continuation #1" in text
     assert "pending continuations (1):" in text
