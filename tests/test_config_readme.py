@@ -37,6 +37,7 @@ from opencode_autoretry.decisions.policy import (
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import NotifyConfig
 from opencode_autoretry.repetition.penalties import PENALTY_RANGES
+from opencode_autoretry.telemetry.config import TelemetryConfig
 from opencode_autoretry.todos.continuation import TodoConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,9 +148,10 @@ KEYS_OF: Mapping[str, Callable[[], set[str]]] = {
     "notify": dataclass_keys("notify", NotifyConfig),
     "fallback": lambda: {"fallback.<model>"},
     "penalties": lambda: {f"repetition.penalties.<provider>.{key}" for key in PENALTY_RANGES},
+    "telemetry": dataclass_keys("telemetry", TelemetryConfig),
 }
 #: Settings' raw tables, each validated into one of Config's tables (listed by KEYS_OF).
-RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback"}
+RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "telemetry"}
 
 
 def accepted() -> set[str]:

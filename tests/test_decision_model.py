@@ -27,9 +27,9 @@ itself), it must at least have been decided by then: the move cancels a waiting 
 design. A failure still its session's last step must have gone out.
 
 The suite runs ``AUTORETRY_MODEL_EXAMPLES`` sequences (default 150); the figure in
-docs/reliability.md comes from a run with 10 000 (``AUTORETRY_MODEL_EXAMPLES=10000 pytest -n 0 --timeout=0
-tests/test_decision_model.py``), which prints the sequences, the events the daemon handled, the
-continuations sent and the failures held to one.
+docs/reliability.md comes from a run with 10 000 (``AUTORETRY_MODEL_EXAMPLES=10000 pytest -n 0
+--timeout=0 tests/test_decision_model.py``), which prints the sequences, the events the daemon
+handled, the continuations sent and the failures held to one.
 """
 
 from __future__ import annotations
