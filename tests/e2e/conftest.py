@@ -174,6 +174,7 @@ def shared_server(
     server.warm_up()
     fake_provider.reset()
     shared = SharedServer(server)
+    shared.forget_all()
     yield shared
     server.stop()
 

@@ -522,7 +522,13 @@ class SharedServer:
     def end_test(self) -> None:
         if self.server.process.poll() is not None:
             return  # begin_test of the next test says so
-        made = self._session_ids() - self._before
+        self._forget(self._session_ids() - self._before)
+
+    def forget_all(self) -> None:
+        """Also the warm-up turn's session: a hello names every session its bridge knows."""
+        self._forget(self._session_ids())
+
+    def _forget(self, made: set[str]) -> None:
         for session in made:
             self.server.request("POST", f"/session/{session}/abort")
         deadline = time.monotonic() + SETTLE_TIMEOUT
