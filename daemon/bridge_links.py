@@ -10,7 +10,7 @@ from datetime import datetime
 from opencode_autoretry.daemon.gap import GapReview
 from opencode_autoretry.daemon.heartbeat import Heartbeat
 from opencode_autoretry.daemon.inbox import BridgeClosed, BridgeConnected
-from opencode_autoretry.daemon.reattach import adopt_named
+from opencode_autoretry.daemon.reattach import RunningTools, adopt_named
 from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.repetition.guard import RepetitionGuard
 from opencode_autoretry.daemon.sessions import Sessions, SessionView
@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 class BridgeLinks:
     def __init__(
         self, sessions: Sessions, recovery: Recovery, gap: GapReview,
-        repetition: RepetitionGuard, heartbeat: Heartbeat,
+        repetition: RepetitionGuard, heartbeat: Heartbeat, running_tools: RunningTools,
     ) -> None:
+        self._running_tools = running_tools
         self._sessions = sessions
         self._recovery = recovery
         self._gap = gap
@@ -37,7 +38,8 @@ class BridgeLinks:
         log.info("bridge %s connected: pid %s, %s", item.conn_id, item.hello.pid,
                  item.hello.directory)
         # The sessions it names are its own again, with their live state (issue 11) ...
-        named = adopt_named(self._sessions, item.conn_id, item.hello, self.hellos, now)
+        named = adopt_named(self._sessions, item.conn_id, item.hello, self.hellos, now,
+                            self._running_tools)
         if named:
             self._heartbeat.soon()  # owners into the heartbeat
         # What it was sent and never ran goes out again; before anything is sent to it.

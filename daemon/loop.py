@@ -42,6 +42,7 @@ from opencode_autoretry.daemon.notifications.actions import Enqueuer, Notificati
 from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
 from opencode_autoretry.daemon.outbox import BridgeSender
 from opencode_autoretry.daemon.parts import STORE, PartHealth
+from opencode_autoretry.daemon.reattach import running_tools_of
 from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.repetition.guard import RepetitionGuard
 from opencode_autoretry.daemon.repetition.watch import RepetitionWatch
@@ -137,7 +138,7 @@ class Loop:
         self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
                              lambda view, now: self.evaluate(view, now, settled=True))
         self.links = BridgeLinks(self.sessions, self.recovery, self.gap, self.repetition,
-                                 self.heartbeat)
+                                 self.heartbeat, lambda sid: running_tools_of(self.db(), sid))
         self.db_rows = DbRowsIntake(
             self.actions, self.links.owned_now,
             lambda sid, now: self.evaluate(self.sessions.ensure(sid), now, settled=True),

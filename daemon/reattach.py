@@ -8,27 +8,54 @@ SIGKILL) stayed ownerless for good, its failure recorded and never continued; an
 waiting on a permission or a question looked idle until its next event.
 
 So each named session becomes this connection's, unless another live bridge owns it, with
-the status (busy / retry / idle) and the open asks the bridge reports. What was running is
-not restored: a session restored busy after a restart keeps no progress clock
-(``last_activity``), so a tool running quietly through it is never taken for a stall; its next
-event starts one. After a socket cut, a session the daemon saw busy gets a clock from the hello.
+the status (busy / retry / idle) and the open asks the bridge reports. A session restored busy
+gets a progress clock (``last_activity``) from the hello, and its running tools from OpenCode's
+DB (the last step's tool parts still pending or running), so a tool running quietly through a
+restart is never taken for a stall while a stream that went silent before it still is (the
+1.17 soak: a stall that began just before a daemon kill was never found, and the turn ended
+"silent" 30 s later; with a provider that never closes the stream it would have hung for good).
 Whether a named session is judged again is the gap review's business (``GapReview``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+import sqlite3
+from collections.abc import Callable, Container
 from datetime import datetime
 
 from opencode_autoretry.daemon.sessions import Sessions, SessionView
+from opencode_autoretry.models import PartType, ToolStatus
+from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.plugin_bridge.protocol import Hello, SessionState, session_states
 
 log = logging.getLogger(__name__)
 
 
+#: The tool calls still pending or running in a session's last step, as OpenCode's DB has them;
+#: None when the DB cannot say.
+RunningTools = Callable[[str], set[str] | None]
+#: A tool part in these states is a tool still at work: progress, never a stall.
+_AT_WORK = (ToolStatus.PENDING, ToolStatus.RUNNING)
+
+
+def running_tools_of(db: DaemonReads | None, session_id: str) -> set[str] | None:
+    """The keys ``apply_tool_part`` tracks, of the last step's tools still at work."""
+    if db is None:
+        return None
+    try:
+        turn = db.last_turn(session_id)
+    except sqlite3.Error:
+        return None
+    step = turn.last_step if turn is not None else None
+    if step is None:
+        return set()
+    return {str(p.data.get("callID") or p.id) for p in step.parts
+            if p.type is PartType.TOOL and p.tool_status in _AT_WORK}
+
+
 def adopt_named(sessions: Sessions, conn_id: str, hello: Hello, live: Container[str],
-                now: datetime) -> list[str]:
+                now: datetime, running_tools: RunningTools) -> list[str]:
     """Own the sessions the hello names (``live``: the connections still open); returns
     the ids adopted, in the order named (least recently active first)."""
     states, dropped = session_states(hello)
@@ -43,6 +70,12 @@ def adopt_named(sessions: Sessions, conn_id: str, hello: Hello, live: Container[
         view.owner = conn_id
         view.headless = bool(hello.exec)
         restore(view, state, now)
+        if view.status == "busy" and not view.tools_running:
+            at_work = running_tools(state.session_id)
+            if at_work is None:  # the DB cannot say: no clock, never a stall taken for one
+                view.last_activity = None
+            else:
+                view.tools_running = at_work
         adopted.append(state.session_id)
     if adopted:
         waits = sum(1 for s in adopted if (v := sessions.get(s)) and (v.permissions or v.questions))
@@ -56,12 +89,9 @@ def restore(view: SessionView, state: SessionState, now: datetime) -> None:
     view.status = state.status
     # The clock the cut connection ran is void (soak, issue 11: a session still busy when a
     # socket cut healed kept the time of its last event from before the cut, and its next
-    # stall check took the reconnect's seconds for a stall). A session this daemon saw busy
-    # gets a new clock from the hello, so a stall through the cut is still found; one it
-    # never saw (a restarted daemon) keeps none until its next event, so a tool running
-    # quietly through a restart is never taken for a stall.
-    saw_it_busy = view.last_activity is not None
-    view.last_activity = now if state.status == "busy" and saw_it_busy else None
+    # stall check took the reconnect's seconds for a stall): a busy session's clock starts
+    # again at the hello, after a cut as after a restart, so a stall through either is found.
+    view.last_activity = now if state.status == "busy" else None
     view.retry_next = _retry_at(state, now) if state.status == "retry" else None
     view.permissions = set(state.permissions)
     view.questions = set(state.questions)

@@ -499,3 +499,30 @@ def test_a_stall_whose_silence_spans_a_socket_cut_is_still_found(tmp_path):
     h.advance(2)
     assert len(h.bridge.of(protocol.Abort)) == 1
     assert [d.kind for d in h.store.decisions(sid)] == ["stall"]
+
+
+@pytest.mark.parametrize("tool", [None, "running", "pending"])
+def test_a_stall_whose_silence_spans_a_daemon_restart_is_found_a_quiet_tool_is_not(
+        tmp_path, tool):
+    """Found by the 1.17 soak: a stream went silent just before a daemon kill; the restarted
+    daemon gave the session, busy in the hello, no progress clock, so the stall was never
+    found and OpenCode ended the turn "silent" 30 s later (a stream that never closes would
+    hang for good). A tool at work in OpenCode's DB is progress: still no stall."""
+    h = Harness(tmp_path)
+    hello(h, {})
+    sid, user = h.busy_turn()
+    tools = [("bash", tool)] if tool else []
+    h.rows.assistant(sid, user, finish=None, text="", completed=False, tools=tools)
+    h.rows.commit()
+    h.loop.beat(h.clock.now())
+    h.sigkill()
+    h.revive()
+    hello(h, {sid: {"status": "busy"}}, conn="b2")
+    h.advance(h.settings.stall_timeout - 1)
+    assert h.bridge.of(protocol.Abort) == []  # the clock started at the hello
+    h.advance(2)
+    if tool:
+        assert h.bridge.of(protocol.Abort) == [] and h.store.decisions(sid) == []
+    else:
+        assert len(h.bridge.of(protocol.Abort)) == 1
+        assert [d.kind for d in h.store.decisions(sid)] == ["stall"]

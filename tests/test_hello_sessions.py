@@ -113,7 +113,7 @@ def test_any_sessions_object_parses_or_drops_and_restores_without_crashing(named
     assert len(states) + dropped == len(named)
     sessions = Sessions()
     now = datetime(2026, 12, 1, tzinfo=UTC)
-    adopted = adopt_named(sessions, "b1", hello, {"b1"}, now)
+    adopted = adopt_named(sessions, "b1", hello, {"b1"}, now, lambda _sid: set())
     assert adopted == [s.session_id for s in states]
     for state in states:
         view = sessions.ensure(state.session_id)
