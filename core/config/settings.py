@@ -25,8 +25,9 @@ TODOS_TABLE = "todos"
 #: ``[stall]``: what the stall detector may do beyond root stalls (issue 9); key -> field.
 STALL_TABLE = "stall"
 STALL_KEYS = {"subagents": "stall_subagents"}
-#: Raw tables validated where they are used (issue 10): ``[notify]``, ``[fallback]``.
-UNATTENDED_TABLES = ("notify", "fallback")
+#: Raw tables validated where they are used (issue 10): ``[notify]``, ``[fallback]``; issue 22:
+#: ``[goal]`` (``goals.config.load_goal_config``), ``[caps]`` (``decisions.caps.load_caps``).
+UNATTENDED_TABLES = ("notify", "fallback", "goal", "caps")
 
 
 class ConfigError(ValueError):
@@ -73,6 +74,8 @@ class Settings:
     todos: Mapping[str, Any] = field(default_factory=dict)  # raw [todos] table
     notify: Mapping[str, Any] = field(default_factory=dict)  # raw [notify] table
     fallback: Mapping[str, Any] = field(default_factory=dict)  # raw [fallback] table
+    goal: Mapping[str, Any] = field(default_factory=dict)  # raw [goal] table
+    caps: Mapping[str, Any] = field(default_factory=dict)  # raw [caps] table
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}

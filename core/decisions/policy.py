@@ -62,6 +62,8 @@ DEFAULT_BUDGETS: Mapping[BudgetGroup, GroupBudget] = {
     BudgetGroup.STALL: _AT_ONCE_2,
     # Set from ``[todos]`` max_continuations and countdown (core/todos/continuation.py), 3 and 5 s.
     BudgetGroup.TODOS: GroupBudget(max_retries=3, initial_delay=5.0, max_delay=5.0),
+    # Set from ``[goal] max_continuations`` (core/goals/config.py): 10, at once.
+    BudgetGroup.GOAL: GroupBudget(max_retries=10),
 }
 
 #: Server hints (Retry-After) are honoured but kept sane: at least 100 ms, at most 5 minutes.
