@@ -9,19 +9,21 @@ from dataclasses import fields
 from pathlib import Path
 
 from opencode_autoretry.config.settings import STALL_KEYS, Settings
+from opencode_autoretry.decisions.caps import Caps
 from opencode_autoretry.decisions.policy import (
     DEFAULT_INTERRUPTION_CAP,
     MESSAGE_KEYS,
     SHARED_CAP_KEY,
     GroupBudget,
 )
+from opencode_autoretry.goals.config import GoalConfig
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import EVENTS, NotifyConfig
 from opencode_autoretry.repetition.penalties import PENALTY_RANGES
 from opencode_autoretry.todos.continuation import TodoConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback"}
+RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "goal", "caps"}
 TEXTS = {"message", "stagnation_notice", "exhausted_notice"}
 
 
@@ -80,6 +82,8 @@ def accepted() -> dict[str, str | None]:
     for f in fields(NotifyConfig):
         keys[f"notify.{f.name}"] = shown(getattr(notify, f.name))
     keys.update({'fallback."<provider/model>"': None, 'fallback."*"': None})
+    keys.update({f"goal.{f.name}": shown(getattr(GoalConfig(), f.name)) for f in fields(GoalConfig)})
+    keys.update({f"caps.{f.name}": None for f in fields(Caps)})  # off: no default value
     return keys
 
 
@@ -99,6 +103,6 @@ def test_the_readme_names_no_key_the_config_does_not_accept() -> None:
 
 
 def test_every_budget_group_is_named() -> None:
-    groups = {g.value for g in BudgetGroup} - {"todos"}  # [todos] sets that one
+    groups = {g.value for g in BudgetGroup} - {"todos", "goal"}  # [todos], [goal] set those
     row = next(line for line in section().splitlines() if "`budgets.<group>.max_retries`" in line)
     assert {g for g in groups if f"`{g}`" in row} == groups
