@@ -82,7 +82,8 @@ def accepted() -> dict[str, str | None]:
     for f in fields(NotifyConfig):
         keys[f"notify.{f.name}"] = shown(getattr(notify, f.name))
     keys.update({'fallback."<provider/model>"': None, 'fallback."*"': None})
-    keys.update({f"goal.{f.name}": shown(getattr(GoalConfig(), f.name)) for f in fields(GoalConfig)})
+    goal = GoalConfig()
+    keys.update({f"goal.{f.name}": shown(getattr(goal, f.name)) for f in fields(GoalConfig)})
     keys.update({f"caps.{f.name}": None for f in fields(Caps)})  # off: no default value
     return keys
 

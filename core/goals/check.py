@@ -23,7 +23,7 @@ from opencode_autoretry.todos.continuation import (
     refusal,
     unanswered_question,
 )
-from opencode_autoretry.todos.reply_intent import read_intent
+from opencode_autoretry.todos.reply_intent import Intent, read_intent
 
 
 @dataclass(frozen=True)
@@ -75,9 +75,10 @@ def stagnant(history: Sequence[str]) -> bool:
 
 def goal_blocker(turn: Turn, *, aborted: str | None = None, refused: str | None = None
                  ) -> str | None:
-    """Why this healthy end must not be checked and continued, or None. The same guards as a
-    todo continuation: the user aborted or refused something, a question is unanswered, the
-    context overflowed, or the reply asks or waits for the user (in doubt it does)."""
+    """Why this healthy end must not be checked and continued, or None. The guards of a todo
+    continuation: the user aborted or refused something, a question is unanswered, the
+    context overflowed, or the reply asks or waits for the user (in doubt it does) or says it
+    is blocked; unlike there, a reply that says it is done is checked."""
     last = turn.last_step
     if last is None:
         return "the turn has no reply"
@@ -86,9 +87,15 @@ def goal_blocker(turn: Turn, *, aborted: str | None = None, refused: str | None 
     if found:
         return found
     intent = read_intent(final_text(last))
-    if not intent.may_continue:
+    if intent.intent not in _CHECKED:
         return f"the reply {intent.intent.value}: {intent.reason}"
     return None
+
+
+#: The replies after which a goal's check runs: one that carries on, and one that says the
+#: work is done (the check is there to verify that). One that asks, waits, is in doubt (read
+#: as a question) or says it is blocked is the user's to answer.
+_CHECKED = frozenset({Intent.CONTINUES, Intent.DONE})
 
 
 # --- the verdict ---------------------------------------------------------------------------

@@ -138,8 +138,8 @@ class GoalGuard:
     def on_healthy(self, view: SessionView, turn: Turn, live: LiveFacts, now: datetime) -> None:
         goal = self._store.active_goal(view.session_id)
         last = turn.last_step
-        if goal is None or last is None or view.owner is None:
-            return
+        if goal is None or last is None or view.owner is None or view.headless:
+            return  # a headless run's goal is `autoretry exec --until`'s
         if goal.turn_id != turn.id:
             if goal.turn_id is not None and turn.user.time_created >= goal.set_at:
                 self.end(goal, "the user wrote a new message", now)  # seen only in the rows
