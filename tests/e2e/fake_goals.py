@@ -1,0 +1,31 @@
+"""Fake-provider behaviours for the goal scenarios (issue 22, ``install(provider)``).
+
+- ``done``: a reply that says the work is done (the goal's check then decides);
+- ``ask``: a reply that asks the user a question (never checked, never continued).
+
+A goal's continuation carries the check's output; the scenarios' checks print ``[[s:done]]``
+so that the fake model answers each continuation with ``done`` in whichever session it runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from fake_provider import FakeProvider
+
+DONE_TEXT = "All done: the parser is in place and its tests pass."
+ASK_TEXT = "I wrote the plan. Should I use SQLite or Postgres for the store?"
+
+
+def done(h: Any, arg: str, release: threading.Event) -> None:
+    h._text(DONE_TEXT)
+
+
+def ask(h: Any, arg: str, release: threading.Event) -> None:
+    h._text(ASK_TEXT)
+
+
+def install(provider: FakeProvider) -> FakeProvider:
+    provider.responders.update({"done": done, "ask": ask})
+    return provider
