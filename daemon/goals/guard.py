@@ -146,6 +146,8 @@ class GoalGuard:
             return
         if self._judged.get(view.session_id) == last.id or self.runner.busy(view.session_id):
             return
+        if self._store.open_injections(view.session_id):
+            return  # another continuation (a retry, a loop stop) is on its way: its end is next
         if any(c.reply_id == last.id for c in self._store.goal_checks(goal_id=goal.id)):
             return  # checked before a restart
         if not self._enabled(view.session_id) or waiting_on_user(live) is not None:
@@ -174,18 +176,16 @@ class GoalGuard:
         self.runner.finished(done.session_id)
         result = done.result
         goal = self._store.active_goal(done.session_id)
-        current = goal is not None and goal.id == done.goal_id
-        db = self._db()
-        turn = db.last_turn(done.session_id) if db is not None and current else None
-        last = turn.last_step if turn is not None else None
-        if goal is None or turn is None or last is None or not current or (
-                turn.id != goal.turn_id or last.id != done.reply_id):
+        turn = self._still_current(goal, done)
+        if goal is None or turn is None:
             self._record(done, None, now)  # the session moved on: recorded, nothing done
             log.info("goal check of %s ended (%s); the goal or the turn moved on", done.session_id,
                      result.status_words)
             return None
+        last = turn.last_step
+        assert last is not None
         failing = [c.signature for c in self._store.goal_checks(goal_id=goal.id)
-                   if c.exit_code != 0]
+                   if c.exit_code != 0 and c.decision_id is not None]  # stale runs: not counted
         if result.passed:
             return self._met(goal, turn, done, now)
         verdict = goal_verdict(turn, result, [*failing, output_signature(result.output)])
@@ -203,6 +203,18 @@ class GoalGuard:
         if decision.sends:
             self._send_due(now, done.session_id)
         return decision
+
+    def _still_current(self, goal: GoalRecord | None, done: GoalCheckDone) -> Turn | None:
+        """The goal's turn, when the check's result still answers its last reply: the same
+        goal, no newer reply, no other continuation on its way."""
+        if goal is None or goal.id != done.goal_id:
+            return None
+        db = self._db()
+        turn = db.last_turn(done.session_id) if db is not None else None
+        last = turn.last_step if turn is not None else None
+        if turn is None or last is None or turn.id != goal.turn_id or last.id != done.reply_id:
+            return None
+        return None if self._store.open_injections(done.session_id) else turn
 
     def _met(self, goal: GoalRecord, turn: Turn, done: GoalCheckDone, now: datetime) -> Decision:
         ledger = self._store.load_ledger(goal.session_id, turn.id)

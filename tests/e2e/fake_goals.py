@@ -14,12 +14,20 @@ from typing import Any
 
 from fake_provider import FakeProvider
 
-DONE_TEXT = "All done: the parser is in place and its tests pass."
+#: Each reply says it differently: the same reply three times in a row is a loop to the
+#: repetition guard, which would rightly step in.
+DONE_TEXTS = (
+    "All done: the parser is in place and its tests pass.",
+    "Finished: I rewrote the tokenizer, and the failing case now parses.",
+    "Done. The grammar handles nested blocks now and the suite is green.",
+    "Completed: error messages carry line numbers; everything else is unchanged.",
+)
+_said = iter(range(10**9))
 ASK_TEXT = "I wrote the plan. Should I use SQLite or Postgres for the store?"
 
 
 def done(h: Any, arg: str, release: threading.Event) -> None:
-    h._text(DONE_TEXT)
+    h._text(DONE_TEXTS[next(_said) % len(DONE_TEXTS)])
 
 
 def ask(h: Any, arg: str, release: threading.Event) -> None:
