@@ -28,6 +28,7 @@ from opencode_autoretry.goals.config import EXCERPT_BYTES, GoalConfig, load_goal
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind
 from opencode_autoretry.notifications.events import NotifyEvent, event_for
 from opencode_autoretry.store.database import Store
+from opencode_autoretry.todos.reply_intent import Intent, read_intent
 
 DONE = "All done: the parser is in place and its tests pass."
 ASKS = "I wrote the plan. Should I use SQLite or Postgres?"
@@ -43,6 +44,14 @@ def test_the_same_failure_with_other_numbers_and_times_has_one_signature():
     assert signature(one) == signature(two) != signature(other)
     assert stagnant([signature(one), signature(two)])
     assert not stagnant([signature(other), signature(two)]) and not stagnant([signature(one)])
+
+
+def test_the_fake_model_s_done_replies_read_as_done():
+    """The e2e scenarios' fake replies (tests/e2e/fake_goals.py) are checked, not held."""
+    from fake_goals import ASK_TEXT, DONE_TEXTS
+
+    assert {read_intent(t).intent for t in DONE_TEXTS} == {Intent.DONE}
+    assert read_intent(ASK_TEXT).intent is Intent.ASKS
 
 
 def test_a_failing_check_is_continued_with_its_command_status_and_output_tail(tmp_path):

@@ -16,11 +16,12 @@ from fake_provider import FakeProvider
 
 #: Each reply says it differently: the same reply three times in a row is a loop to the
 #: repetition guard, which would rightly step in.
+#: Each reads as "done" to the reply guard (a test of its own pins that).
 DONE_TEXTS = (
     "All done: the parser is in place and its tests pass.",
-    "Finished: I rewrote the tokenizer, and the failing case now parses.",
-    "Done. The grammar handles nested blocks now and the suite is green.",
-    "Completed: error messages carry line numbers; everything else is unchanged.",
+    "All done: the tokenizer is rewritten and the failing case parses.",
+    "All done: the grammar handles nested blocks and the suite is green.",
+    "All done: error messages carry line numbers now.",
 )
 _said = iter(range(10**9))
 ASK_TEXT = "I wrote the plan. Should I use SQLite or Postgres for the store?"
