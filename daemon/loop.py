@@ -349,6 +349,8 @@ class Loop:
             view.last_activity = now
         self.repetition.on_event(view, kind, props, now)
         self.todos.on_event(session_id, kind, props, now, ours=view.abort_requested is not None)
+        if kind == "session.error" and self.todos.aborted(session_id):
+            self.goals.on_abort(session_id, now)  # the user stopped the turn: its goal ends
         if kind == "session.status":
             status = props.get("status")
             self._on_status(view, status if isinstance(status, Mapping) else {}, now)

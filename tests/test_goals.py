@@ -367,3 +367,22 @@ def test_the_store_keeps_goals_across_a_reopen(tmp_path):
     store = Store.open(tmp_path / "s.db")
     assert [(g.id, g.state) for g in store.goals("s")] == [(first, "ended"), (second, "active")]
     assert store.active_goal("s").command == "make test"  # type: ignore[union-attr]
+
+
+def test_a_user_abort_ends_the_goal_and_nothing_is_checked(tmp_path):
+    from opencode_rows import aborted_error
+
+    checks = Checks()
+    h = goal_harness(tmp_path, checks)
+    sid = h.session()
+    h.command(sid, "goal make test")
+    user = h.user(sid)
+    h.chat(sid, user)
+    h.status(sid, "busy")
+    h.rows.assistant(sid, user, finish=None, error=aborted_error())
+    h.rows.commit()
+    h.error_then_idle(sid, aborted_error())
+    settle(h)
+    assert checks.commands == [] and h.prompts() == []
+    [goal] = h.store.goals(sid)
+    assert goal.state == "ended" and goal.outcome == "the user aborted the turn"

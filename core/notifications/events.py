@@ -63,8 +63,8 @@ def event_for(decision: Decision, *, is_child: bool | None) -> NotifyEvent | Non
 
 
 def _goal_event(decision: Decision) -> NotifyEvent | None:
-    """A goal's end: met, or given up (budget, stagnation, its own caps, a user message ...);
-    a spend cap of ``[caps]`` over a goal turn stays ``gave_up`` with the figures."""
+    """A goal's end: met, or given up (its budget, stagnation, a timeout, a spend cap over
+    its turn, a user message ...); a spend cap over any other turn is ``gave_up``."""
     if decision.cause is Cause.GOAL_MET:
         return NotifyEvent.GOAL_MET
     if decision.cause is Cause.GOAL_ENDED:

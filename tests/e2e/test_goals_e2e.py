@@ -8,6 +8,7 @@ test creates, so every outcome is decided by the test, never by a clock. The che
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -170,9 +171,11 @@ def test_b_a_user_message_ends_the_goal_and_a_restart_goes_on_exactly_once(
 
 
 def test_c_a_turn_over_its_token_cap_gets_no_continuation_and_one_notice(
-    provider, daemon, start_opencode
+    provider, daemon, start_opencode, tmp_path
 ):
-    d = daemon(config="[caps]\nmax_turn_tokens = 50\n" + FAST_CONFIG)
+    sink = tmp_path / "notified.jsonl"  # a [notify] command channel: one JSON line per event
+    notify = f'[notify]\ncommand = ["sh", "-c", "cat >> {sink}; echo >> {sink}"]\n'
+    d = daemon(config="[caps]\nmax_turn_tokens = 50\n" + notify + FAST_CONFIG)
     server = connect(start_opencode, d)
     session = server.create_session()["id"]
     server.prompt_async(session, "Say hello [[s:blank]]")  # 100 prompt tokens, no output
@@ -180,6 +183,10 @@ def test_c_a_turn_over_its_token_cap_gets_no_continuation_and_one_notice(
     assert notice.action == "notify" and notice.cause == "spend_cap", notice
     assert "over max_turn_tokens = 50" in notice.reason
     toast(server, "sending nothing more in this turn")
+    [note] = wait_until(lambda: sink.exists() and [json.loads(line) for line in
+                                                   sink.read_text().splitlines() if line],
+                        TURN, "the gave_up notification")
+    assert note["event"] == "gave_up" and "100 tokens" in note["message"], note
     assert injections(d, session) == [] and len(provider.requests()) == 1
 
 
