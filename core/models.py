@@ -146,7 +146,6 @@ class Message:
     time_created: datetime
     time_completed: datetime | None = None
     parent_id: str | None = None  # assistant: the user message that started the turn
-    cost: float = 0.0  # assistant: what OpenCode says the step cost, in USD
     finish: str | None = None
     tokens: Tokens = Tokens()
     error: ErrorInfo | None = None
@@ -157,6 +156,7 @@ class Message:
     variant: str | None = None
     summary: bool = False
     parts: tuple[Part, ...] = ()
+    cost: float = 0.0  # assistant: what OpenCode says the step cost, in USD (issue 22)
 
     @property
     def marker(self) -> Mapping[str, Any] | None:

@@ -141,6 +141,11 @@ DEFAULT_MESSAGES: Mapping[str, str] = {
         "input, do not act: restate that question in one line and stop. Otherwise continue with "
         "the next unfinished todo, or say what blocks it."
     ),
+    # Only a fallback: the goal guard sends the check's command, status and output (issue 22).
+    "goal": (
+        "The goal's check still fails. Carry on towards making it pass; if something outside "
+        "your reach blocks it, say so in one line and stop."
+    ),
 }
 #: A kind-specific key falls back to its family key, then to the built-in text.
 _FAMILY: Mapping[str, str] = {
