@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
 from fake_goals import install as install_goals
+from fake_todos import install as install_todos
 from test_daemon_e2e import connect, decisions, injected, injections, toast
 
 pytestmark = pytest.mark.e2e
@@ -230,3 +231,42 @@ def run_cli(d: DaemonProcess, *args: str) -> str:
     return done.stdout
 
 
+
+
+def test_e_a_pending_question_a_user_abort_and_off_leave_the_goal_unchecked(
+    provider, daemon, start_opencode, tmp_path
+):
+    d = daemon(config=goal_config(timeout=30))
+    server = connect(start_opencode, d, OPENCODE_ENABLE_QUESTION_TOOL="1")
+    install_todos(provider)
+    install_goals(provider)
+    asked, aborted, off, probe = (server.create_session()["id"] for _ in range(4))
+    count = tmp_path / "runs"
+    check = script(tmp_path / "check.sh", f"echo run >> {count}; echo 'FAIL [[s:done]]'; exit 1\n")
+    for session in (asked, aborted, off, probe):
+        set_goal(server, session, check)
+    status, _ = server.command(off, "autoretry", "off here")
+    assert status == 500
+    toast(server, "autoretry off (this session)")
+
+    server.prompt_async(asked, "Plan the store [[s:question]]")
+    server.events.wait_for(
+        lambda e: e.get("type") == "question.asked"
+        and e.get("properties", {}).get("sessionID") == asked, TURN, "the question is asked")
+    server.prompt_async(aborted, "Build the parser [[s:stall]]")
+    wait_until(lambda: any("[[s:stall]]" in r.last_user_text for r in provider.requests()),
+               TURN, "the stalled request")
+    server.abort(aborted)
+    ended(d, aborted, "ended")
+    server.prompt_async(off, "Build the parser [[s:done]]")
+    server.wait_idle(off, TURN)
+    # The probe's reply asks the user: its judgement is recorded after everything before it.
+    server.prompt_async(probe, "Plan the store [[s:ask]]")
+    wait_until(lambda: [x for x in decisions(d, probe) if "the reply asks" in x.reason], TURN,
+               "the probe is judged")
+
+    assert not count.exists()  # no check ever ran
+    assert goals(d, aborted)[0].outcome == "the user aborted the turn"
+    assert [g.state for g in goals(d, asked) + goals(d, off)] == ["active", "active"]
+    for session in (asked, aborted, off):
+        assert injections(d, session) == [] and injected(server, session) == []
