@@ -386,3 +386,26 @@ def test_a_user_abort_ends_the_goal_and_nothing_is_checked(tmp_path):
     assert checks.commands == [] and h.prompts() == []
     [goal] = h.store.goals(sid)
     assert goal.state == "ended" and goal.outcome == "the user aborted the turn"
+
+
+def test_a_goal_whose_turn_began_while_the_daemon_was_down_binds_to_it(tmp_path):
+    checks = Checks((0, "ok"))
+    h = goal_harness(tmp_path, checks)
+    sid = h.session()
+    h.command(sid, "goal make test")
+    h.advance(1)
+    user = h.user(sid)  # no chat.message: the daemon never saw it
+    reply(h, sid, user)
+    settle(h)
+    assert len(checks.commands) == 1 and h.store.goals(sid)[0].state == "met"
+    assert h.store.goals(sid)[0].turn_id == user
+
+
+def test_the_reader_takes_opencode_s_per_message_cost():
+    from opencode_autoretry.opencode.shapes import parse_message
+
+    def cost(raw: object) -> float:
+        return parse_message("m", "s", 0, {"role": "assistant", "cost": raw}).cost
+
+    assert cost(0.0123) == 0.0123 and cost(2) == 2.0
+    assert cost(None) == cost("1.5") == cost(True) == cost(-1) == cost(float("inf")) == 0.0

@@ -141,9 +141,13 @@ class GoalGuard:
         if goal is None or last is None or view.owner is None or view.headless:
             return  # a headless run's goal is `autoretry exec --until`'s
         if goal.turn_id != turn.id:
-            if goal.turn_id is not None and turn.user.time_created >= goal.set_at:
+            if turn.user.time_created < goal.set_at:
+                return  # a turn from before the goal was set
+            if goal.turn_id is not None:
                 self.end(goal, "the user wrote a new message", now)  # seen only in the rows
-            return
+                return
+            self._store.bind_goal(goal.id, turn.id)  # its message came while the daemon was down
+            goal = replace(goal, turn_id=turn.id)
         if self._judged.get(view.session_id) == last.id or self.runner.busy(view.session_id):
             return
         if self._store.open_injections(view.session_id):
