@@ -293,6 +293,9 @@ class Loop:
             return
         self._last_evict = now
         evicted = self.sessions.evict_idle(now, EVICT_IDLE)
+        for session_id in evicted:
+            self.spend.pop(session_id, None)
+            self.goals.forget(session_id)
         if evicted:
             log.debug("forgot %d idle ownerless session view(s)", len(evicted))
 

@@ -106,6 +106,10 @@ class GoalGuard:
         return (f"autoretry goal: `{goal.command}` · {len(checks)} check(s), {state} · "
                 f"{used}/{self.config.max_continuations} continuations")
 
+    def forget(self, session_id: str) -> None:
+        """The session's view was evicted (issue 20): its memory here goes with it."""
+        self._judged.pop(session_id, None)
+
     # -- what the user does -----------------------------------------------------------------
 
     def on_user_message(self, session_id: str, message_id: str | None, now: datetime) -> None:
