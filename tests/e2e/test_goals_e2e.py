@@ -191,6 +191,7 @@ def test_c_a_turn_over_its_token_cap_gets_no_continuation_and_one_notice(
     assert injections(d, session) == [] and len(provider.requests()) == 1
 
 
+@pytest.mark.long  # four `opencode run` starts
 def test_d_exec_until_exits_0_when_the_check_passes_and_75_when_it_gives_up(
     opencode_bin, opencode_home, provider, socket_path, tmp_path
 ):
