@@ -12,8 +12,9 @@ continuations it was sent, and jumps of the daemon's clock forward and back. Aft
   aborted (after the abort);
 - never two continuations for the same failure.
 
-The suite runs ``AUTORETRY_MODEL_EXAMPLES`` sequences (default 150); the figure in the README
-comes from a run with 10 000 (``AUTORETRY_MODEL_EXAMPLES=10000 pytest --timeout=0 ...``).
+The suite runs ``AUTORETRY_MODEL_EXAMPLES`` sequences (default 150); the figure in
+docs/reliability.md comes from a run with 10 000
+(``AUTORETRY_MODEL_EXAMPLES=10000 pytest --timeout=0 ...``).
 """
 
 from __future__ import annotations
