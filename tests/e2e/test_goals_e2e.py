@@ -26,8 +26,19 @@ TURN = 30.0
 EXIT_GAVE_UP = 75
 
 
-def goal_config(timeout: float) -> str:
-    return f"[goal]\ntimeout = {timeout}\n" + FAST_CONFIG
+def goal_config(timeout: float, sink: Path | None = None) -> str:
+    notify = "" if sink is None else notify_into(sink)
+    return f"[goal]\ntimeout = {timeout}\n" + notify + FAST_CONFIG
+
+
+def notify_into(sink: Path) -> str:
+    """A [notify] command channel appending each event's JSON as one line to ``sink``."""
+    return f'[notify]\ncommand = ["sh", "-c", "cat >> {sink}; echo >> {sink}"]\n'
+
+
+def notified(sink: Path) -> list[dict[str, Any]]:
+    text = sink.read_text() if sink.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def script(path: Path, body: str) -> str:
@@ -85,7 +96,8 @@ def alive(pid: int) -> bool:
 def test_a_goals_met_stagnant_hung_asking_and_in_a_child(
     provider, daemon, start_opencode, tmp_path
 ):
-    d = daemon(config=goal_config(timeout=3))
+    sink = tmp_path / "notified.jsonl"
+    d = daemon(config=goal_config(timeout=3, sink=sink))
     server = connect(start_opencode, d)
     install_goals(provider)
     met, stagnant, hung, asking = (server.create_session()["id"] for _ in range(4))
@@ -135,6 +147,10 @@ def test_a_goals_met_stagnant_hung_asking_and_in_a_child(
     assert goals(d, child) == [] and [g.state for g in goals(d, asking)] == ["active"]
     trace = run_cli(d, "trace", met)
     assert trace.count("goal check") >= 3 and "goal met" in trace, trace
+    events = wait_until(lambda: len(notified(sink)) >= 3 and notified(sink), TURN,
+                        "the goals' notifications")
+    assert sorted((e["session_id"], e["event"]) for e in events) == sorted([
+        (met, "goal_met"), (stagnant, "goal_given_up"), (hung, "goal_given_up")])
 
 
 def test_b_a_user_message_ends_the_goal_and_a_restart_goes_on_exactly_once(
@@ -174,9 +190,8 @@ def test_b_a_user_message_ends_the_goal_and_a_restart_goes_on_exactly_once(
 def test_c_a_turn_over_its_token_cap_gets_no_continuation_and_one_notice(
     provider, daemon, start_opencode, tmp_path
 ):
-    sink = tmp_path / "notified.jsonl"  # a [notify] command channel: one JSON line per event
-    notify = f'[notify]\ncommand = ["sh", "-c", "cat >> {sink}; echo >> {sink}"]\n'
-    d = daemon(config="[caps]\nmax_turn_tokens = 50\n" + notify + FAST_CONFIG)
+    sink = tmp_path / "notified.jsonl"
+    d = daemon(config="[caps]\nmax_turn_tokens = 50\n" + notify_into(sink) + FAST_CONFIG)
     server = connect(start_opencode, d)
     session = server.create_session()["id"]
     server.prompt_async(session, "Say hello [[s:blank]]")  # 100 prompt tokens, no output
@@ -184,9 +199,7 @@ def test_c_a_turn_over_its_token_cap_gets_no_continuation_and_one_notice(
     assert notice.action == "notify" and notice.cause == "spend_cap", notice
     assert "over max_turn_tokens = 50" in notice.reason
     toast(server, "sending nothing more in this turn")
-    [note] = wait_until(lambda: sink.exists() and [json.loads(line) for line in
-                                                   sink.read_text().splitlines() if line],
-                        TURN, "the gave_up notification")
+    [note] = wait_until(lambda: notified(sink), TURN, "the gave_up notification")
     assert note["event"] == "gave_up" and "100 tokens" in note["message"], note
     assert injections(d, session) == [] and len(provider.requests()) == 1
 
