@@ -409,3 +409,21 @@ def test_the_reader_takes_opencode_s_per_message_cost():
 
     assert cost(0.0123) == 0.0123 and cost(2) == 2.0
     assert cost(None) == cost("1.5") == cost(True) == cost(-1) == cost(float("inf")) == 0.0
+
+
+def test_autoretry_status_lists_the_active_goals(tmp_path):
+    from opencode_autoretry.daemon.control import render_status, status_report
+    from opencode_autoretry.store.database import StoreView
+
+    h = goal_harness(tmp_path, Checks())
+    sid = h.session()
+    h.command(sid, "goal pytest -q\x1b[31m")
+    view = StoreView.open(h.settings.store)
+    try:
+        report = status_report(view, h.clock.now())
+    finally:
+        view.close()
+    [goal] = report["goals"]
+    assert goal["session_id"] == sid and goal["checks"] == 0
+    text = render_status(report)
+    assert "active goals: 1" in text and "\x1b" not in text  # untrusted text made visible
