@@ -417,7 +417,9 @@ def test_autoretry_status_lists_the_active_goals(tmp_path):
 
     h = goal_harness(tmp_path, Checks())
     sid = h.session()
-    h.command(sid, "goal pytest -q\x1b[31m")
+    refused = h.command(sid, "goal pytest -q\x1b[31m")
+    assert not refused.ok and "control characters" in refused.message
+    h.command(sid, "goal pytest -q")
     view = StoreView.open(h.settings.store)
     try:
         report = status_report(view, h.clock.now())
@@ -426,4 +428,4 @@ def test_autoretry_status_lists_the_active_goals(tmp_path):
     [goal] = report["goals"]
     assert goal["session_id"] == sid and goal["checks"] == 0
     text = render_status(report)
-    assert "active goals: 1" in text and "\x1b" not in text  # untrusted text made visible
+    assert "active goals: 1" in text and "`pytest -q`" in text

@@ -66,6 +66,8 @@ class GoalGuard:
         command = command.strip()
         if not command or len(command) > MAX_COMMAND_CHARS:
             return False, f"autoretry: a goal is a shell command of 1 to {MAX_COMMAND_CHARS} chars"
+        if any(ord(ch) < 32 and ch != "\t" or ord(ch) == 127 for ch in command):
+            return False, "autoretry: a goal is one line without control characters"
         db = self._db()
         session = db.session(session_id) if db is not None else None
         if session is None:
