@@ -204,7 +204,7 @@ def test_c_a_turn_over_its_token_cap_gets_no_continuation_and_one_notice(
     assert injections(d, session) == [] and len(provider.requests()) == 1
 
 
-@pytest.mark.long  # four `opencode run` starts
+@pytest.mark.long  # five `opencode run` starts
 def test_d_exec_until_exits_0_when_the_check_passes_and_75_when_it_gives_up(
     opencode_bin, opencode_home, provider, socket_path, tmp_path
 ):
@@ -212,11 +212,15 @@ def test_d_exec_until_exits_0_when_the_check_passes_and_75_when_it_gives_up(
     home = tmp_path / "autoretry"
     home.mkdir()
     (home / "config.toml").write_text(goal_config(timeout=30))
-    passing = failing_then_passing(tmp_path, "exec", ["FAIL: the parser is missing"])
+    passing = failing_then_passing(tmp_path, "exec", [
+        "FAIL: the parser is missing", "FAIL: 2 parser tests fail"])
     result = run_exec_until(opencode_bin, opencode_home, home, socket_path, passing)
     assert result.returncode == 0, result.stderr
-    assert "goal check" in result.stderr and "passed" in result.stderr
-    assert len(provider.requests()) == 2  # the run and exactly one continuation
+    assert result.stderr.count("autoretry: goal check `") == 3 and "passed" in result.stderr
+    assert len(provider.requests()) == 3  # the run and exactly two continuations
+    requests = provider.requests()
+    assert "FAIL: the parser is missing" in requests[1].last_user_text
+    assert "FAIL: 2 parser tests fail" in requests[2].last_user_text
 
     stuck = script(tmp_path / "stuck.sh", "echo 'FAIL: 1 test failed [[s:done]]'; exit 1\n")
     result = run_exec_until(opencode_bin, opencode_home, home, socket_path, stuck)
