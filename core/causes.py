@@ -31,6 +31,7 @@ class Cause(StrEnum):
     DEADLINE_PASSED = "deadline_passed"  # the group's deadline since the first failure passed
     DEADLINE_TOO_LATE = "deadline_too_late"  # the next retry would fall past the deadline
     FALLBACK_USED_UP = "fallback_used_up"  # every model of the fallback chain was tried
+    SPEND_CAP = "spend_cap"  # the user turn used more than a ``[caps]`` cap (issue 22)
     # -- left alone (skip)
     OFF = "off"  # autoretry is switched off (globally or for the session)
     PARENT_UNKNOWN = "parent_unknown"  # the session's parent could not be read: fail closed
@@ -57,6 +58,8 @@ class Cause(StrEnum):
     NOT_A_CHILD = "not_a_child"  # a stalled root is continued (as a stall) instead
     ALREADY_ABORTED = "already_aborted"  # the subagent was aborted once in its parent's turn
     TODOS_DONE = "todos_done"  # no unfinished todos left after the todo continuations
+    GOAL_MET = "goal_met"  # the goal's check passed (issue 22)
+    GOAL_ENDED = "goal_ended"  # the goal ended without a notice: a user message, goal off ...
     # -- none of the above: free text (``Facts.note``), e.g. a row of an unknown release
     OTHER = "other"
 
@@ -71,7 +74,7 @@ class Cause(StrEnum):
 #: Causes whose decision is told to the user and waits for a real user message.
 NOTIFY_CAUSES = frozenset({
     Cause.BUDGET_SPENT, Cause.GAVE_UP, Cause.DEADLINE_PASSED, Cause.DEADLINE_TOO_LATE,
-    Cause.FALLBACK_USED_UP,
+    Cause.FALLBACK_USED_UP, Cause.SPEND_CAP,
 })
 
 
@@ -102,7 +105,13 @@ class Facts:
     switch: ModelSwitch | None = None  # model fallback: from -> to
     tried: tuple[str, ...] = ()  # model fallback: the models the turn tried, in order
     hung_seconds: float | None = None  # how long a subagent hung before its abort
-    continuations: int | None = None  # todo continuations sent in the turn
+    continuations: int | None = None  # todo (or goal) continuations sent in the turn
+    cost_usd: float | None = None  # the user turn's spend so far, by OpenCode's own figures
+    tokens: int | None = None
+    minutes: float | None = None
+    cap: str | None = None  # the spend cap that bound: "max_turn_tokens = 1000"
+    exit_code: int | None = None  # a goal check's exit status (None: killed at its timeout)
+    check_s: float | None = None  # how long the goal check ran
     note: str | None = None  # the reason as it was given, rendered as is (``Cause.OTHER``)
 
     def to_json(self) -> str:
@@ -177,6 +186,8 @@ _READERS: dict[str, Any] = {
     "detail": _text, "budget_label": _text, "delay_s": _number, "deadline_s": _number,
     "give_up": _text, "failure_id": _text, "pending_due": _time, "switch": _switch,
     "tried": _models, "hung_seconds": _number, "continuations": _count, "note": _text,
+    "cost_usd": _number, "tokens": _count, "minutes": _number, "cap": _text,
+    "exit_code": _count, "check_s": _number,
 }
 
 
@@ -231,10 +242,25 @@ def skip_words(
         return f"{group} budget exhausted; waiting for a real user message"
     if cause is Cause.TODOS_DONE:
         return f"no unfinished todos left after {facts.continuations} continuation(s)"
+    if cause is Cause.GOAL_MET:
+        return (f"goal met: the check passed ({facts.detail}) after {facts.continuations or 0} "
+                "continuation(s)")
+    if cause is Cause.GOAL_ENDED:
+        return f"goal ended: {facts.detail}"
     return _SKIP_WORDS.get(cause, str(cause))
 
 
+def spend_words(facts: Facts) -> str:
+    """'this turn used $0.42, 12345 tokens, 3.1 min'."""
+    used = [f"${facts.cost_usd:.4g}" if facts.cost_usd is not None else "",
+            f"{facts.tokens} tokens" if facts.tokens is not None else "",
+            f"{facts.minutes:.1f} min" if facts.minutes is not None else ""]
+    return "this turn used " + ", ".join(u for u in used if u)
+
+
 def _why_notified(cause: Cause, used_before: int, limit: int, facts: Facts) -> str:
+    if cause is Cause.SPEND_CAP:
+        return f"{spend_words(facts)}: over {facts.cap}"
     if cause is Cause.BUDGET_SPENT:
         return f"retried {used_before} of {limit} times ({facts.budget_label})"
     if cause is Cause.GAVE_UP:

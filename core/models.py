@@ -156,6 +156,7 @@ class Message:
     variant: str | None = None
     summary: bool = False
     parts: tuple[Part, ...] = ()
+    cost: float = 0.0  # assistant: what OpenCode says the step cost, in USD (issue 22)
 
     @property
     def marker(self) -> Mapping[str, Any] | None:
@@ -252,6 +253,7 @@ class Kind(StrEnum):
     STALL = "stall"
     UNFINISHED_TODOS = "unfinished_todos"  # a healthy end with todos left (todos/continuation.py)
     SUBAGENT_STALL = "subagent_stall"  # a child session hung: aborted, never prompted (issue 9)
+    GOAL = "goal"  # a healthy end of a session with a goal: its check fails or passed (goals/)
 
 
 class BudgetGroup(StrEnum):
@@ -268,6 +270,7 @@ class BudgetGroup(StrEnum):
     REPETITION = "repetition"
     STALL = "stall"
     TODOS = "todos"
+    GOAL = "goal"  # continuations towards a passing goal check (issue 22)
 
 
 #: Which budget group a retryable kind spends. Kinds absent here never inject.
@@ -287,6 +290,7 @@ GROUP_OF_KIND: Mapping[Kind, BudgetGroup] = {
     Kind.REPETITION: BudgetGroup.REPETITION,
     Kind.STALL: BudgetGroup.STALL,
     Kind.UNFINISHED_TODOS: BudgetGroup.TODOS,
+    Kind.GOAL: BudgetGroup.GOAL,
 }
 
 

@@ -92,7 +92,8 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
     loop = Loop(config, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
-                SystemClock(), parts=parts, notifier=notifier, telemetry=telemetry)
+                SystemClock(), parts=parts, notifier=notifier, telemetry=telemetry,
+                post=inbox.put)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))

@@ -13,16 +13,21 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
 from opencode_autoretry.daemon.parts import describe
+from opencode_autoretry.decisions.caps import caps_line
 from opencode_autoretry.notifications.records import status_json as notify_status
 from opencode_autoretry.notifications.records import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
 from opencode_autoretry.store.database import STALE_HEARTBEAT, StoreView
+from opencode_autoretry.terminal_text import visible
 
 if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
+    from opencode_autoretry.config.load import Config
     from opencode_autoretry.daemon.actions import Actions
     from opencode_autoretry.daemon.gap import GapReview
+    from opencode_autoretry.daemon.goals.guard import GoalGuard
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.sessions import Sessions, SessionView
+    from opencode_autoretry.decisions.caps import TurnSpend
     from opencode_autoretry.plugin_bridge.protocol import Hello, Stats
     from opencode_autoretry.store.database import Store
 
@@ -49,11 +54,20 @@ class Loop(Protocol):
     def gap(self) -> GapReview: ...
     @property
     def _bridge(self) -> object: ...  # the BridgeServer (its line counters), or a test fake
+    @property
+    def goals(self) -> GoalGuard: ...
+    @property
+    def config(self) -> Config: ...
+    @property
+    def spend(self) -> dict[str, tuple[str, TurnSpend]]: ...
 
-USAGE = "usage: /autoretry [on|off|status] [here]"
+USAGE = "usage: /autoretry [on|off|status] [here] | goal [<shell command>|off]"
 
 
 def answer(command: Command, loop: Loop, now: datetime) -> Reply:
+    head, _, rest = command.arguments.strip().partition(" ")
+    if head.lower() == "goal":  # the command keeps its case and spacing
+        return _goal(command, loop, now, rest.strip())
     words = command.arguments.lower().split()
     here = "here" in words
     verbs = [w for w in words if w != "here"] or ["status"]
@@ -66,6 +80,21 @@ def answer(command: Command, loop: Loop, now: datetime) -> Reply:
     if verbs == ["status"]:
         return Reply(id=command.id, ok=True, message=_status_line(loop, command.session_id))
     return Reply(id=command.id, ok=False, message=f"autoretry: {USAGE}", variant="warning")
+
+
+def _goal(command: Command, loop: Loop, now: datetime, rest: str) -> Reply:
+    """``/autoretry goal <cmd>`` sets, ``goal`` shows, ``goal off`` clears (issue 22)."""
+    session_id = command.session_id
+    if not session_id:
+        return Reply(id=command.id, ok=False, message="autoretry: a goal needs a session",
+                     variant="error")
+    if not rest:
+        return Reply(id=command.id, ok=True, message=loop.goals.describe(session_id))
+    if rest.lower() == "off":
+        return Reply(id=command.id, ok=True, message=loop.goals.clear(session_id, now),
+                     variant="warning")
+    ok, message = loop.goals.set(session_id, rest, now)
+    return Reply(id=command.id, ok=ok, message=message, variant="success" if ok else "error")
 
 
 def _switch(command: Command, loop: Loop, now: datetime, on: bool, session_id: str | None) -> Reply:
@@ -93,7 +122,23 @@ def _status_line(loop: Loop, session_id: str | None) -> str:
         pending = loop.actions.pending.get(session_id)
         if pending is not None:
             parts.append(f"retry pending ({pending.group}, due {pending.due:%H:%M:%S} UTC)")
+        parts += _goal_and_spend(loop, session_id, turn_id)
     return "autoretry: " + " · ".join(parts)
+
+
+def _goal_and_spend(loop: Loop, session_id: str, turn_id: str | None) -> list[str]:
+    """The session's goal, and its turn's spend against the caps (issue 22)."""
+    parts = []
+    goal = loop.store.active_goal(session_id)
+    caps = loop.config.caps
+    if goal is not None:
+        parts.append(f"goal `{goal.command}`")
+        caps = loop.config.goal.caps(caps)
+    spent = loop.spend.get(session_id)
+    if spent is not None and (turn_id is None or spent[0] == turn_id) and (
+            caps.any or goal is not None):
+        parts.append(caps_line(spent[1], caps))
+    return parts
 
 
 def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
@@ -181,6 +226,12 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
             for d in view.decisions()[-decisions:]
         ],
         "notifications": notify_status(view, now),  # issue 10
+        "goals": [  # issue 22: the goals still active
+            {"id": g.id, "session_id": g.session_id, "command": g.command, "turn_id": g.turn_id,
+             "set_at": g.set_at.isoformat(),
+             "checks": len(view.goal_checks(goal_id=g.id))}
+            for g in view.goals(active=True)
+        ],
     }
 
 
@@ -236,6 +287,10 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
               for d in report["decisions"]]
     if "notifications" in report:
         lines += notify_status_lines(report["notifications"])
+    goals = report.get("goals") or []
+    lines.append(f"active goals: {len(goals)}")
+    lines += [f"  {g['session_id']}  `{visible(str(g['command']))}`  {g['checks']} check(s), "
+              f"set {local_time(g['set_at'], zone)}" for g in goals]
     return "\n".join(lines)
 
 

@@ -19,17 +19,21 @@ from opencode_autoretry.causes import Cause, Facts, skip_words
 from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon.sessions import with_error
 from opencode_autoretry.decisions.budget import DecisionContext, PendingRetry, decide, new_ledger
+from opencode_autoretry.decisions.caps import Caps, cap_notice, over_cap, turn_spend
 from opencode_autoretry.decisions.classifier import classify
 from opencode_autoretry.decisions.fallback import FallbackChains, revise
 from opencode_autoretry.decisions.policy import Policy
+from opencode_autoretry.goals.config import GoalConfig
 from opencode_autoretry.models import (
     Action,
+    BudgetGroup,
     Decision,
     ErrorInfo,
     Kind,
     LiveFacts,
     Session,
     Turn,
+    TurnLedger,
     Verdict,
 )
 from opencode_autoretry.opencode.daemon_reads import DaemonReads
@@ -71,7 +75,11 @@ class Judge:
         subagents: bool = True,
         scope: Scope | None = None,
         fallback: FallbackChains | None = None,
+        caps: Caps | None = None,
+        goal: GoalConfig | None = None,
     ) -> None:
+        self._caps = caps or Caps()  # [caps]: per user turn, off by default (issue 22)
+        self._goal = goal or GoalConfig()  # a goal turn always runs under the goal's own caps
         self._subagents = subagents  # [stall] subagents: hung children may be aborted
         self._scope = scope
         self._fallback = fallback  # [fallback]: the next model when this one can only fail
@@ -136,8 +144,31 @@ class Judge:
                 Owner.LIVE, Owner.EXEC):
             decision, updated = revise(decision, updated, verdict, turn, context, self._fallback,
                                        self._policy, now)
+        if decision.sends:  # the one place every send passes: the spend caps bind them all
+            capped = self._over_cap(decision, ledger, turn, verdict, now)
+            if capped is not None:
+                return capped
         # Saved by ``Actions.perform`` with the decision it belongs to (one transaction).
         return replace(decision, ledger=updated) if updated != ledger else decision
+
+    def _over_cap(self, decision: Decision, ledger: TurnLedger, turn: Turn, verdict: Verdict,
+                  now: datetime) -> Decision | None:
+        """A send in a user turn that used more than a cap becomes one notice (``gave_up``
+        with the figures), and every group of the turn is closed: nothing more is sent in it,
+        whatever the trigger (issue 22). None: within the caps."""
+        caps = self._goal.caps(self._caps) if verdict.kind is Kind.GOAL else self._caps
+        if not caps.any:
+            return None
+        spend = turn_spend(turn, now)
+        cap = over_cap(spend, caps)
+        if cap is None:
+            return None
+        facts = replace(spend.facts(), cap=cap, detail=verdict.reason)
+        closed = replace(ledger, exhausted=frozenset(BudgetGroup))
+        return Decision(Action.NOTIFY, Cause.SPEND_CAP, decision.session_id, decision.turn_id,
+                        decision.kind, decision.group, text=cap_notice(spend, cap),
+                        used_before=decision.used_before, used_after=decision.used_before,
+                        limit=decision.limit, facts=facts, ledger=closed)
 
 
 def judge_for(
@@ -155,4 +186,5 @@ def judge_for(
     settings = config.settings
     return Judge(store, db, config.policy, enabled=settings.enabled,
                  runaway_steps=settings.runaway_steps, rand=rand,
-                 subagents=settings.stall_subagents, scope=scope, fallback=config.fallback)
+                 subagents=settings.stall_subagents, scope=scope, fallback=config.fallback,
+                 caps=config.caps, goal=config.goal)

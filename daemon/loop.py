@@ -25,6 +25,8 @@ from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.bridge_links import BridgeLinks
 from opencode_autoretry.daemon.db_rows import DbRowsIntake
 from opencode_autoretry.daemon.gap import GapReview
+from opencode_autoretry.daemon.goals.guard import GoalGuard
+from opencode_autoretry.daemon.goals.runner import CheckRunner, GoalCheckDone
 from opencode_autoretry.daemon.heartbeat import Heartbeat
 from opencode_autoretry.daemon.inbox import (
     BridgeClosed,
@@ -64,6 +66,7 @@ from opencode_autoretry.daemon.subagents.stalls import SubagentStalls
 from opencode_autoretry.daemon.telemetry.recorder import TelemetryRecorder
 from opencode_autoretry.daemon.todos.guard import TodoGuard
 from opencode_autoretry.decisions.budget import PendingEvent, should_cancel_pending
+from opencode_autoretry.decisions.caps import TurnSpend, turn_spend
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
 from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError
@@ -99,6 +102,7 @@ class Loop:
         parts: PartHealth | None = None,
         notifier: Enqueuer | None = None,
         telemetry: TelemetryRecorder | None = None,
+        post: Callable[[object], None] | None = None,
     ) -> None:
         self.config = config  # validated once, before the loop is built (issue 18)
         self.settings = settings = config.settings
@@ -125,6 +129,18 @@ class Loop:
             config.todos, store, self.actions, self.db, self._decide,
             lambda now, sid: self.recovery.send_due(now, sid),
         )
+        # issue 22: goal checks run on workers that post their results here (the inbox)
+        self.posted: list[object] = []  # without an inbox (unit tests): handled by the caller
+        self.goals = GoalGuard(
+            config.goal, store, self.actions, self.db, self._decide,
+            lambda now, sid: self.recovery.send_due(now, sid),
+            CheckRunner(post or self.posted.append, config.goal.timeout),
+            live=lambda sid: self.sessions.live_facts(sid, settled=True),
+            view=self.sessions.ensure, aborted=self.todos.aborted,
+            enabled=lambda sid: settings.enabled and store.is_enabled(sid),
+        )
+        #: session -> (turn, what it spent when last judged): ``/autoretry status`` (issue 22)
+        self.spend: dict[str, tuple[str, TurnSpend]] = {}
         self.subagents = SubagentStalls(self.db, store, settings.stall_timeout)  # issue 9
         self.judge = judge_for(config, store, self.db, rand=rand, scope=self.subagents.scope)
         self.notifications = Notifications(store, self.db, config.notify, notifier)
@@ -188,6 +204,7 @@ class Loop:
                     break
                 self.tick()
                 next_tick = time.monotonic() + self.settings.tick_interval
+        self.goals.runner.stop()  # no check outlives the daemon
         self.beat(self.clock.now(), stopping=True)
 
     def catch_up(self, inbox: queue.Queue[object]) -> bool:
@@ -254,6 +271,8 @@ class Loop:
             self.db_rows.on_rows(item, now)
         elif isinstance(item, DeliveryResult):
             self.notifications.on_result(item, now)
+        elif isinstance(item, GoalCheckDone):
+            self.goals.on_result(item, now)
 
     def tick(self) -> None:
         now = self.clock.now()
@@ -281,6 +300,9 @@ class Loop:
             return
         self._last_evict = now
         evicted = self.sessions.evict_idle(now, EVICT_IDLE)
+        for session_id in evicted:
+            self.spend.pop(session_id, None)
+            self.goals.forget(session_id)
         if evicted:
             log.debug("forgot %d idle ownerless session view(s)", len(evicted))
 
@@ -321,6 +343,7 @@ class Loop:
         view.runaway_acted.clear()
         self.repetition.new_turn(chat.session_id)
         self.todos.new_turn(chat.session_id)
+        self.goals.on_user_message(chat.session_id, chat.message_id, now)
         if chat.message_id:
             self.store.set_current_turn(chat.session_id, chat.message_id, now)
 
@@ -336,6 +359,8 @@ class Loop:
             view.last_activity = now
         self.repetition.on_event(view, kind, props, now)
         self.todos.on_event(session_id, kind, props, now, ours=view.abort_requested is not None)
+        if kind == "session.error" and self.todos.aborted(session_id):
+            self.goals.on_abort(session_id, now)  # the user stopped the turn: its goal ends
         if kind == "session.status":
             status = props.get("status")
             self._on_status(view, status if isinstance(status, Mapping) else {}, now)
@@ -425,11 +450,15 @@ class Loop:
         )
         if judged is None:
             return None
+        self.spend[view.session_id] = (judged.turn.id, turn_spend(judged.turn, now))
         if judged.verdict.kind is Kind.HEALTHY and settled:
             self.notifications.on_healthy(view.session_id, judged.turn, now)  # issue 10
             if self.telemetry is not None:
                 self.telemetry.on_healthy(view.session_id, judged.turn.id, now)
-            return self.todos.on_healthy(view, judged.turn, live, now)  # issue 9: todos left
+            todo = self.todos.on_healthy(view, judged.turn, live, now)  # issue 9: todos left
+            if todo is None or not todo.sends:  # issue 22: a goal goes on after the todos
+                self.goals.on_healthy(view, judged.turn, live, now)
+            return todo
         if judged.decision is None:  # nothing to decide: said at debug, for a trace to show why
             log.debug("%s judged %s: %s (turn %s)", view.session_id, judged.verdict.kind,
                       judged.verdict.reason, judged.turn.id)

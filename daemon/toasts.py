@@ -18,6 +18,7 @@ _LABELS: Mapping[Kind, str] = {
     Kind.REPETITION: "repeating itself",
     Kind.STALL: "stalled",
     Kind.UNFINISHED_TODOS: "unfinished todos",
+    Kind.GOAL: "goal check failing",
 }
 
 

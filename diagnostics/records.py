@@ -15,6 +15,8 @@ from opencode_autoretry.models import Message
 from opencode_autoretry.notifications.records import NotificationRecord, notifications
 from opencode_autoretry.store.database import (
     DecisionRecord,
+    GoalCheckRecord,
+    GoalRecord,
     Heartbeat,
     InjectionRecord,
     StoreView,
@@ -32,6 +34,8 @@ class DaemonRecords:
     heartbeat: Heartbeat | None = None
     trims: tuple[TrimRecord, ...] = ()
     notifications: tuple[NotificationRecord, ...] = ()  # deliveries outside OpenCode (issue 10)
+    goals: tuple[GoalRecord, ...] = ()  # issue 22: goals and their check runs
+    goal_checks: tuple[GoalCheckRecord, ...] = ()
 
     def decisions_for(self, session_id: str) -> tuple[DecisionRecord, ...]:
         return tuple(d for d in self.decisions if d.session_id == session_id)
@@ -72,6 +76,10 @@ def load_records(
             heartbeat=view.heartbeat(),
             trims=tuple(view.trims(session_id, since)),
             notifications=tuple(notifications(view, session_id, since)),
+            goals=tuple(g for g in view.goals(session_id) if since is None or (
+                g.ended_at or g.set_at) >= since),
+            goal_checks=tuple(c for c in view.goal_checks(session_id)
+                              if since is None or c.at >= since),
         )
     finally:
         view.close()

@@ -24,7 +24,9 @@ PLUGIN_NAME = "autoretry.js"
 COMMAND_NAME = "autoretry.md"
 PLUGIN_SIGNATURE = b"// opencode-autoretry bridge"
 #: sha256 of command files shipped by earlier releases: safe to replace on upgrade.
-PREVIOUS_COMMAND_SHA256: frozenset[str] = frozenset()
+PREVIOUS_COMMAND_SHA256: frozenset[str] = frozenset({
+    "f5da39dfa2a0a163743e79230353a7131aed2d8b9c71fbfbde167b13ac0f7a5c",  # before `goal` (issue 22)
+})
 
 
 class FileState(StrEnum):

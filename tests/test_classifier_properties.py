@@ -32,7 +32,8 @@ EXPECTED_RETRYABLE = {
     Kind.SILENT, Kind.RUNAWAY,
 }  # fmt: skip
 NEVER_RETRYABLE = {Kind.HEALTHY, Kind.RUNNING, Kind.TERMINAL, Kind.USER_ABORT, Kind.ORPHAN}
-FROM_OTHER_DETECTORS = {Kind.REPETITION, Kind.STALL, Kind.UNFINISHED_TODOS, Kind.SUBAGENT_STALL}
+FROM_OTHER_DETECTORS = {Kind.REPETITION, Kind.STALL, Kind.UNFINISHED_TODOS, Kind.SUBAGENT_STALL,
+                        Kind.GOAL}
 
 texts = st.one_of(
     st.text(max_size=30),

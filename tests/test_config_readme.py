@@ -27,6 +27,7 @@ from typing import Any
 
 from opencode_autoretry.config.load import Config, parse_config
 from opencode_autoretry.config.settings import STALL_KEYS, STALL_TABLE, Settings, resolve
+from opencode_autoretry.decisions.caps import Caps
 from opencode_autoretry.decisions.policy import (
     DEFAULT_MESSAGES,
     MESSAGE_KEYS,
@@ -34,6 +35,7 @@ from opencode_autoretry.decisions.policy import (
     GroupBudget,
     Policy,
 )
+from opencode_autoretry.goals.config import GoalConfig
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import NotifyConfig
 from opencode_autoretry.repetition.penalties import PENALTY_RANGES
@@ -51,8 +53,10 @@ COMMENTED = re.compile(r'^# ?(\[[^\]]+\](?:\s+#.*)?|[A-Za-z0-9_"*./-]+ = .+)$')
 HEADER = re.compile(r"^\[([^\]]+)\]")
 #: Stands for a built-in text in a commented line (README: "…" stands for the built-in text).
 BUILT_IN = "…"
-#: ``[budgets.todos]`` is set by ``[todos]`` (max_continuations, countdown), not by hand.
-DOCUMENTED_GROUPS = tuple(g.value for g in BudgetGroup if g is not BudgetGroup.TODOS)
+#: ``[budgets.todos]`` is set by ``[todos]`` (max_continuations, countdown), ``[budgets.goal]``
+#: by ``[goal]`` (max_continuations), not by hand.
+DOCUMENTED_GROUPS = tuple(g.value for g in BudgetGroup
+                          if g not in (BudgetGroup.TODOS, BudgetGroup.GOAL))
 
 
 def reference() -> str:
@@ -149,9 +153,11 @@ KEYS_OF: Mapping[str, Callable[[], set[str]]] = {
     "fallback": lambda: {"fallback.<model>"},
     "penalties": lambda: {f"repetition.penalties.<provider>.{key}" for key in PENALTY_RANGES},
     "telemetry": dataclass_keys("telemetry", TelemetryConfig),
+    "goal": dataclass_keys("goal", GoalConfig),  # issue 22
+    "caps": dataclass_keys("caps", Caps),
 }
 #: Settings' raw tables, each validated into one of Config's tables (listed by KEYS_OF).
-RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "telemetry"}
+RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "telemetry", "goal", "caps"}
 
 
 def accepted() -> set[str]:
@@ -200,6 +206,7 @@ def test_every_commented_line_is_accepted(tmp_path: Path) -> None:
     text = uncommented(reference())
     config = config_from(text, tmp_path)
     assert config.notify.webhook and config.fallback, "the examples were not read"
+    assert config.caps.any, "the [caps] examples were not read"
     assert config.penalties and config.policy.providers
 
 

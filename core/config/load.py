@@ -7,8 +7,8 @@ all call it, so a key one of them refuses is refused by all of them, with the sa
     ~/.config/opencode-autoretry/config.toml: notify.timeout must be between 0.1 and 60 s, got 99
 
 Each table keeps its validator next to the code that uses it (``load_policy``, ``load_notify``,
-``load_todo_config``, ``load_fallback``, ``load_penalties``, ``load_telemetry``); this module is
-the only caller.
+``load_todo_config``, ``load_fallback``, ``load_penalties``, ``load_telemetry``,
+``load_goal_config``, ``load_caps``); this module is the only caller.
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from opencode_autoretry.config.settings import (
     config_file_for,
     resolve,
 )
+from opencode_autoretry.decisions.caps import Caps, load_caps
 from opencode_autoretry.decisions.fallback import FallbackChains, check_models, load_fallback
 from opencode_autoretry.decisions.policy import Policy, load_policy
+from opencode_autoretry.goals.config import GoalConfig, load_goal_config, with_goal_budget
 from opencode_autoretry.notifications.config import NotifyConfig, load_notify
 from opencode_autoretry.repetition.penalties import load_penalties
 from opencode_autoretry.telemetry.config import TelemetryConfig, load_telemetry
@@ -51,19 +53,24 @@ class Config:
     fallback: FallbackChains = field(default_factory=FallbackChains)
     penalties: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    goal: GoalConfig = field(default_factory=GoalConfig)  # issue 22
+    caps: Caps = field(default_factory=Caps)  # issue 22: spend caps per user turn
 
 
 def parse_config(settings: Settings) -> Config:
     """The typed tables of resolved ``settings`` (pure: reads no file); raises ConfigError."""
     todos = load_todo_config(settings.todos)
+    goal = load_goal_config(settings.goal)
     return Config(
         settings=settings,
-        policy=with_todo_budget(load_policy(settings.policy), todos),
+        policy=with_goal_budget(with_todo_budget(load_policy(settings.policy), todos), goal),
         todos=todos,
         notify=load_notify(settings.notify),
         fallback=load_fallback(settings.fallback),
         penalties=load_penalties(settings.repetition),
         telemetry=load_telemetry(settings.telemetry),
+        goal=goal,
+        caps=load_caps(settings.caps),
     )
 
 

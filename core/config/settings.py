@@ -25,9 +25,10 @@ TODOS_TABLE = "todos"
 #: ``[stall]``: what the stall detector may do beyond root stalls (issue 9); key -> field.
 STALL_TABLE = "stall"
 STALL_KEYS = {"subagents": "stall_subagents"}
-#: Raw tables validated where they are used: ``[notify]``, ``[fallback]`` (issue 10) and
-#: ``[telemetry]`` (issue 24).
-UNATTENDED_TABLES = ("notify", "fallback", "telemetry")
+#: Raw tables validated where they are used: ``[notify]``, ``[fallback]`` (issue 10),
+#: ``[telemetry]`` (issue 24), ``[goal]`` (``goals.config.load_goal_config``) and ``[caps]``
+#: (``decisions.caps.load_caps``) (issue 22).
+UNATTENDED_TABLES = ("notify", "fallback", "telemetry", "goal", "caps")
 
 
 class ConfigError(ValueError):
@@ -75,6 +76,8 @@ class Settings:
     notify: Mapping[str, Any] = field(default_factory=dict)  # raw [notify] table
     fallback: Mapping[str, Any] = field(default_factory=dict)  # raw [fallback] table
     telemetry: Mapping[str, Any] = field(default_factory=dict)  # raw [telemetry] table
+    goal: Mapping[str, Any] = field(default_factory=dict)  # raw [goal] table
+    caps: Mapping[str, Any] = field(default_factory=dict)  # raw [caps] table
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}

@@ -62,6 +62,8 @@ DEFAULT_BUDGETS: Mapping[BudgetGroup, GroupBudget] = {
     BudgetGroup.STALL: _AT_ONCE_2,
     # Set from ``[todos]`` max_continuations and countdown (core/todos/continuation.py), 3 and 5 s.
     BudgetGroup.TODOS: GroupBudget(max_retries=3, initial_delay=5.0, max_delay=5.0),
+    # Set from ``[goal] max_continuations`` (core/goals/config.py): 10, at once.
+    BudgetGroup.GOAL: GroupBudget(max_retries=10),
 }
 
 #: Server hints (Retry-After) are honoured but kept sane: at least 100 ms, at most 5 minutes.
@@ -138,6 +140,11 @@ DEFAULT_MESSAGES: Mapping[str, str] = {
         "If your last reply asked the user for a decision, an approval, a file or any other "
         "input, do not act: restate that question in one line and stop. Otherwise continue with "
         "the next unfinished todo, or say what blocks it."
+    ),
+    # Only a fallback: the goal guard sends the check's command, status and output (issue 22).
+    "goal": (
+        "The goal's check still fails. Carry on towards making it pass; if something outside "
+        "your reach blocks it, say so in one line and stop."
     ),
 }
 #: A kind-specific key falls back to its family key, then to the built-in text.

@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 from opencode_autoretry.config.settings import ConfigError
 
-EVENTS = ("gave_up", "terminal", "loop_stopped", "stall_unrecovered", "recovered")
+EVENTS = ("gave_up", "terminal", "loop_stopped", "stall_unrecovered", "recovered", "goal_met",
+          "goal_given_up")
 DEFAULT_EVENTS: frozenset[str] = frozenset(EVENTS) - {"recovered"}
 FORMATS = ("json", "slack", "ntfy")
 DEFAULT_MAX_PER_HOUR = 20

@@ -33,6 +33,8 @@ class NotifyEvent(StrEnum):
     LOOP_STOPPED = "loop_stopped"
     STALL_UNRECOVERED = "stall_unrecovered"
     RECOVERED = "recovered"
+    GOAL_MET = "goal_met"  # a goal's check passed (issue 22)
+    GOAL_GIVEN_UP = "goal_given_up"  # a goal ended with its check still failing
     SUPPRESSED = "suppressed"  # the cap's one summary line
     TEST = "test"  # ``autoretry notify test``
 
@@ -42,6 +44,9 @@ def event_for(decision: Decision, *, is_child: bool | None) -> NotifyEvent | Non
     own turn decides (fail-closed: an unknown parent is treated as a child)."""
     if is_child is not False:
         return None
+    goal = _goal_event(decision)
+    if goal is not None:
+        return goal
     if decision.action is Action.NOTIFY:
         if decision.kind is Kind.REPETITION:
             return NotifyEvent.LOOP_STOPPED
@@ -57,12 +62,26 @@ def event_for(decision: Decision, *, is_child: bool | None) -> NotifyEvent | Non
     return None
 
 
+def _goal_event(decision: Decision) -> NotifyEvent | None:
+    """A goal's end: met, or given up (its budget, stagnation, a timeout, a spend cap over
+    its turn, a user message ...); a spend cap over any other turn is ``gave_up``."""
+    if decision.cause is Cause.GOAL_MET:
+        return NotifyEvent.GOAL_MET
+    if decision.cause is Cause.GOAL_ENDED:
+        return NotifyEvent.GOAL_GIVEN_UP
+    if decision.kind is Kind.GOAL and decision.action is Action.NOTIFY:
+        return NotifyEvent.GOAL_GIVEN_UP
+    return None
+
+
 _HEADLINES: Mapping[NotifyEvent, str] = {
     NotifyEvent.GAVE_UP: "gave up",
     NotifyEvent.TERMINAL: "stopped on an error it does not retry",
     NotifyEvent.LOOP_STOPPED: "stopped a loop",
     NotifyEvent.STALL_UNRECOVERED: "could not recover a stall",
     NotifyEvent.RECOVERED: "recovered a turn",
+    NotifyEvent.GOAL_MET: "met a goal",
+    NotifyEvent.GOAL_GIVEN_UP: "gave up on a goal",
     NotifyEvent.SUPPRESSED: "held back notifications",
     NotifyEvent.TEST: "test notification",
 }
@@ -74,7 +93,7 @@ def resume_hint(event: NotifyEvent, session_id: str, directory: str | None) -> s
     open_it = f"{where}opencode --session {session_id}"
     if event is NotifyEvent.TERMINAL:
         return f"Fix the cause (credentials, quota or context), then {open_it} and send a message."
-    if event is NotifyEvent.RECOVERED:
+    if event in (NotifyEvent.RECOVERED, NotifyEvent.GOAL_MET):
         return f"Nothing to do; to look: {open_it}"
     if event in (NotifyEvent.SUPPRESSED, NotifyEvent.TEST):
         return "Run `autoretry trace` to see every decision."

@@ -84,6 +84,13 @@ def parse_tokens(raw: object) -> Tokens:
     )
 
 
+def _cost(raw: object) -> float:
+    """OpenCode's per-message cost in USD; anything but a finite non-negative number is 0."""
+    if isinstance(raw, bool) or not isinstance(raw, int | float):
+        return 0.0
+    return float(raw) if 0 <= raw < float("inf") else 0.0
+
+
 def _error_name(error: Mapping[str, Any]) -> str | None:
     name = _str_or_none(error.get("name"))
     if name:
@@ -179,6 +186,7 @@ def parse_message(
         parent_id=_str_or_none(data.get("parentID")),
         finish=_str_or_none(data.get("finish")),
         tokens=parse_tokens(data.get("tokens")),
+        cost=_cost(data.get("cost")),
         error=parse_error(data.get("error")),
         agent=_str_or_none(data.get("agent")),
         mode=_str_or_none(data.get("mode")),

@@ -97,6 +97,20 @@ MIGRATIONS: tuple[Migration, ...] = (
     """,
     # 5: decisions are typed: why (``cause``) and what they were taken on (``facts``, JSON)
     _type_old_decisions,
+    # 6: goals and their check runs (issue 22); a goal outlives a daemon restart
+    """
+    CREATE TABLE IF NOT EXISTS goals (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, session_id TEXT NOT NULL, command TEXT NOT NULL,
+        turn_id TEXT, state TEXT NOT NULL, set_at INTEGER NOT NULL, ended_at INTEGER,
+        outcome TEXT);
+    CREATE INDEX IF NOT EXISTS goals_session ON goals (session_id, id);
+    CREATE TABLE IF NOT EXISTS goal_checks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, goal_id INTEGER NOT NULL, session_id TEXT NOT NULL,
+        reply_id TEXT NOT NULL, at INTEGER NOT NULL, exit_code INTEGER, duration_ms INTEGER NOT
+        NULL, timed_out INTEGER NOT NULL DEFAULT 0, signature TEXT NOT NULL, excerpt TEXT,
+        decision_id INTEGER);
+    CREATE INDEX IF NOT EXISTS goal_checks_session ON goal_checks (session_id, id);
+    """,
 )
 
 
@@ -174,6 +188,42 @@ STALE_HEARTBEAT = timedelta(seconds=30)
 
 
 @dataclass(frozen=True)
+class GoalRecord:
+    """A goal set for a session (issue 22). ``turn_id`` is the user turn it follows (None
+    until the session's next user message); ``state``: active, met, given_up, ended."""
+
+    id: int
+    session_id: str
+    command: str
+    turn_id: str | None
+    state: str
+    set_at: datetime
+    ended_at: datetime | None
+    outcome: str | None
+
+    @property
+    def active(self) -> bool:
+        return self.state == "active"
+
+
+@dataclass(frozen=True)
+class GoalCheckRecord:
+    """One run of a goal's check: its exit status (None: killed at its timeout) and duration."""
+
+    id: int
+    goal_id: int
+    session_id: str
+    reply_id: str
+    at: datetime
+    exit_code: int | None
+    duration_ms: int
+    timed_out: bool
+    signature: str
+    excerpt: str | None
+    decision_id: int | None
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     at: datetime
     pid: int
@@ -211,6 +261,25 @@ def _injection_from_row(row: sqlite3.Row) -> InjectionRecord:
 
 def _trim_from_row(row: sqlite3.Row) -> TrimRecord:
     return TrimRecord(**{**dict(row), "at": from_epoch_ms(row["at"])})
+
+
+def _goal_from_row(row: sqlite3.Row) -> GoalRecord:
+    return GoalRecord(
+        id=row["id"], session_id=row["session_id"], command=row["command"],
+        turn_id=row["turn_id"], state=row["state"],
+        set_at=from_epoch_ms(row["set_at"]),  # type: ignore[arg-type]
+        ended_at=from_epoch_ms(row["ended_at"]), outcome=row["outcome"],
+    )
+
+
+def _goal_check_from_row(row: sqlite3.Row) -> GoalCheckRecord:
+    return GoalCheckRecord(
+        id=row["id"], goal_id=row["goal_id"], session_id=row["session_id"],
+        reply_id=row["reply_id"], at=from_epoch_ms(row["at"]),  # type: ignore[arg-type]
+        exit_code=row["exit_code"], duration_ms=row["duration_ms"],
+        timed_out=bool(row["timed_out"]), signature=row["signature"], excerpt=row["excerpt"],
+        decision_id=row["decision_id"],
+    )
 
 
 def _ledger_from_row(row: sqlite3.Row) -> TurnLedger:
@@ -299,6 +368,39 @@ class _Reader:
 
     def switches(self) -> dict[str, bool]:
         return {r["scope"]: bool(r["enabled"]) for r in self._rows("SELECT * FROM switches")}
+
+    def goals(self, session_id: str | None = None, *, active: bool = False) -> list[GoalRecord]:
+        """Goals in the order they were set (a store of an older release has none)."""
+        clauses = (["session_id = ?"] if session_id is not None else []) + (
+            ["state = 'active'"] if active else [])
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        params = (session_id,) if session_id is not None else ()
+        try:
+            rows = self._rows(f"SELECT * FROM goals {where} ORDER BY id", params)
+        except sqlite3.OperationalError:  # not migrated yet (read-only view of an old store)
+            return []
+        return [_goal_from_row(r) for r in rows]
+
+    def active_goal(self, session_id: str) -> GoalRecord | None:
+        found = self.goals(session_id, active=True)
+        return found[-1] if found else None
+
+    def goal_checks(self, session_id: str | None = None, goal_id: int | None = None
+                    ) -> list[GoalCheckRecord]:
+        clauses: list[str] = []
+        params: list[Any] = []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        if goal_id is not None:
+            clauses.append("goal_id = ?")
+            params.append(goal_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        try:
+            rows = self._rows(f"SELECT * FROM goal_checks {where} ORDER BY id", tuple(params))
+        except sqlite3.OperationalError:
+            return []
+        return [_goal_check_from_row(r) for r in rows]
 
     def heartbeat(self) -> Heartbeat | None:
         rows = self._rows("SELECT * FROM heartbeat WHERE id = 1")
@@ -459,6 +561,36 @@ class Store(_Reader):
             "INSERT INTO switches VALUES (?, ?, ?) ON CONFLICT (scope) DO UPDATE "
             "SET enabled=excluded.enabled, at=excluded.at",
             (session_id or GLOBAL_SCOPE, int(on), to_epoch_ms(at)),
+        )
+
+    # -- goals (issue 22) --------------------------------------------------------------------
+
+    def set_goal(self, session_id: str, command: str, turn_id: str | None, at: datetime) -> int:
+        """A new active goal for the session (one that was active ends, replaced)."""
+        with self.atomic():
+            for old in self.goals(session_id, active=True):
+                self.end_goal(old.id, "ended", "replaced by a new goal", at)
+            return self._write(
+                "INSERT INTO goals (session_id, command, turn_id, state, set_at) "
+                "VALUES (?, ?, ?, 'active', ?)", (session_id, command, turn_id, to_epoch_ms(at)))
+
+    def bind_goal(self, goal_id: int, turn_id: str) -> None:
+        self._write("UPDATE goals SET turn_id = ? WHERE id = ?", (turn_id, goal_id))
+
+    def end_goal(self, goal_id: int, state: str, outcome: str, at: datetime) -> None:
+        self._write("UPDATE goals SET state = ?, outcome = ?, ended_at = ? WHERE id = ? "
+                    "AND state = 'active'", (state, outcome, to_epoch_ms(at), goal_id))
+
+    def record_goal_check(
+        self, goal_id: int, session_id: str, reply_id: str, at: datetime,
+        exit_code: int | None, duration_ms: int, timed_out: bool, signature: str,
+        excerpt: str | None, decision_id: int | None = None,
+    ) -> int:
+        return self._write(
+            "INSERT INTO goal_checks (goal_id, session_id, reply_id, at, exit_code, duration_ms,"
+            " timed_out, signature, excerpt, decision_id) VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (goal_id, session_id, reply_id, to_epoch_ms(at), exit_code, duration_ms,
+             int(timed_out), signature, excerpt, decision_id),
         )
 
     def beat(self, at: datetime, pid: int, info: Mapping[str, Any]) -> None:

@@ -19,6 +19,7 @@ HELP = """Run a headless `opencode run` and continue its session when the turn f
   autoretry exec -- opencode run "fix the failing test"
   autoretry exec -- opencode run --format json --model anthropic/claude-sonnet-4-5 "task"
   autoretry exec -- opencode run --session ses_abc "go on"
+  autoretry exec --until "pytest -q" -- opencode run "make the tests pass"
 
 The run's output passes through unchanged. When it has exited, exec reads the session it
 worked on from OpenCode's database; a blank reply, a cut connection, a rate limit that
@@ -28,10 +29,15 @@ and backoff as the daemon, recorded for `autoretry trace`. The daemon, if runnin
 these runs to exec. exec's own lines go to stderr, prefixed `autoretry:`. SIGINT/SIGTERM
 are passed on to the run and stop further continuations.
 
+With --until, a healthy end is checked with that shell command (in the session's directory;
+[goal] timeout, max_continuations, max_minutes) and, while it fails, continued with its exit
+status and the tail of its output (docs/goals-and-caps.md).
+
 \b
 Exit status:
-  0    the final turn is healthy
-  75   autoretry gave up on a recoverable failure (budget exhausted)
+  0    the final turn is healthy (with --until: and the final check passes)
+  75   autoretry gave up on a recoverable failure (budget exhausted), or with
+       --until, gave up with the check still failing
   N    the command's own status when it failed in a way autoretry does not
        recover (401, usage limit, crash, autoretry off)
   2    usage error (no command, not `opencode run`, --attach, --interactive) or a bad
@@ -42,9 +48,12 @@ Exit status:
 @click.command("exec", help=HELP, context_settings={
     "ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("-v", "--verbose", is_flag=True, help="Say how each turn was judged (stderr).")
+@click.option("--until", "until", metavar="SHELL_COMMAND", default=None,
+              help="Continue until this check passes (a goal, issue 22).")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
-def exec_command(app: AppContext, verbose: bool, command: tuple[str, ...]) -> None:
+def exec_command(app: AppContext, verbose: bool, until: str | None,
+                 command: tuple[str, ...]) -> None:
     # Imported when it runs: `autoretry --help` must not load the store or the classifier.
     from opencode_autoretry.clock import SystemClock
     from opencode_autoretry.daemon.headless.run import Runner, install_signals, say
@@ -65,7 +74,7 @@ def exec_command(app: AppContext, verbose: bool, command: tuple[str, ...]) -> No
         say(sys.stderr, str(exc))
         sys.exit(EXIT_USAGE)
     runner = Runner(run, list(command), store, lambda: OpenCodeDB.open(settings.opencode_db),
-                    config, SystemClock(), rand=random.random, verbose=verbose)
+                    config, SystemClock(), rand=random.random, verbose=verbose, until=until)
     install_signals(runner)
     try:
         status = runner.execute()

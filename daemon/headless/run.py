@@ -24,18 +24,21 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from types import FrameType
 from typing import IO, Any
 
+from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.clock import Clock
 from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon.actions import Actions
+from opencode_autoretry.daemon.goals.runner import run_check
 from opencode_autoretry.daemon.judge import Owner, judge_for
 from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.sessions import Sessions
-from opencode_autoretry.models import Action, Kind, LiveFacts, to_epoch_ms
+from opencode_autoretry.goals.check import excerpt, goal_blocker, goal_verdict, signature
+from opencode_autoretry.models import Action, Decision, Kind, LiveFacts, Turn, to_epoch_ms
 from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.opencode.run_args import RunArgs
@@ -158,7 +161,11 @@ class Runner:
         cwd: str | None = None, err: IO[str] = sys.stderr,
         rand: Callable[[], float] = lambda: 0.5, stop: threading.Event | None = None,
         pause: Callable[[float], object] | None = None, verbose: bool = False,
+        until: str | None = None,
     ) -> None:
+        self.until = until  # the goal's check (``--until``), issue 22
+        self._goal: int | None = None  # its row in the store
+        self._goal_config = config.goal
         self.run, self.argv, self.store, self.clock = run, argv, store, clock
         self._open_db = open_db
         self._db: DaemonReads | None = None
@@ -236,10 +243,18 @@ class Runner:
             if decision is None:
                 if verdict.kind is not Kind.HEALTHY:
                     return status
-                if self.continuations:
-                    say(self._err, f"recovered after {self.continuations} continuation(s)")
-                return 0
-            self.actions.perform(decision, now, verdict.message_id)
+                if self.until is not None:
+                    decision = self._goal_step(session_id, judged.turn, now)
+                    if decision is None:
+                        return 0  # the check passes
+                    if not decision.sends:
+                        return EXIT_GAVE_UP
+                else:
+                    if self.continuations:
+                        say(self._err, f"recovered after {self.continuations} continuation(s)")
+                    return 0
+            else:
+                self.actions.perform(decision, now, verdict.message_id)
             if decision.action is Action.NOTIFY:
                 return EXIT_GAVE_UP
             if not decision.sends:
@@ -258,6 +273,46 @@ class Runner:
             status = next_status
             if self.stop.is_set():
                 return status
+
+    def _goal_step(self, session_id: str, turn: Turn, now: datetime) -> Decision | None:
+        """``--until``: run the check after a healthy end (blocking: exec has no loop to
+        hold up); None when it passes, else the decision performed on the one path."""
+        assert self.until is not None
+        if self._goal is None:
+            self._goal = self.store.set_goal(session_id, self.until, turn.id, now)
+        db = self.db()
+        session = db.session(session_id) if db is not None else None
+        directory = (session.directory if session else None) or self._cwd
+        result = run_check(self.until, directory, self._goal_config.timeout)
+        now = self.clock.now()
+        last = turn.last_step
+        reply = last.id if last is not None else turn.id
+        failing = [c.signature for c in self.store.goal_checks(goal_id=self._goal)
+                   if c.exit_code != 0]
+        self.store.record_goal_check(self._goal, session_id, reply, now, result.exit_code,
+                                     int(result.duration_s * 1000), result.timed_out,
+                                     signature(result.output), excerpt(result.output, 400))
+        say(self._err, f"goal check `{self.until}`: {result.status_words}")
+        if result.passed:
+            met = Decision(Action.SKIP, Cause.GOAL_MET, session_id, turn.id, Kind.GOAL,
+                           facts=Facts(detail=f"`{self.until}` exit status 0",
+                                       continuations=self.continuations, exit_code=0))
+            self.actions.perform(met, now, reply)
+            self.store.end_goal(self._goal, "met", "the check passed", now)
+            return None
+        blocker = goal_blocker(turn)
+        verdict = goal_verdict(turn, result, [*failing, signature(result.output)])
+        if verdict is None:
+            return None
+        if blocker is not None:
+            verdict = replace(verdict, retryable=False, reason=f"{verdict.reason}; {blocker}")
+        decision = self.judge.decide(turn, verdict, LiveFacts(), Owner.EXEC,
+                                     self.actions.pending.get(session_id), now)
+        self.actions.perform(decision, now, reply)
+        if not decision.sends:
+            self.store.end_goal(self._goal, "given_up", decision.reason, now)
+            say(self._err, f"giving up on the goal: {decision.reason}")
+        return decision
 
     def _wait_until(self, due: datetime) -> bool:
         """Honour the backoff (real clock); False when a signal stopped exec meanwhile."""

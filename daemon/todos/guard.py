@@ -93,6 +93,10 @@ class TodoGuard:
         if kind == "question.rejected" or "reject" in reply or "deny" in reply:
             self._refused[session_id] = _REFUSALS[kind]
 
+    def aborted(self, session_id: str) -> bool:
+        """The user aborted the session's current turn (its abort event was seen)."""
+        return session_id in self._aborted
+
     def new_turn(self, session_id: str) -> None:
         self._refused.pop(session_id, None)
         self._aborted.discard(session_id)

@@ -31,7 +31,13 @@ to act (skip, notify) follow, with their reasons.
      "todo_continuations": [{"time": ISO, "session_id", "injection_id": int,
         "decision_id": int, "named": [str],   # "[pending] Add the tests"
         "progress": {"status": "progress"|"no_progress"|"pending"|"not_sent"|"cancelled",
-                     "detail": str}}]}
+                     "detail": str}}],
+     # added in issue 22 (diagnostics/goal_view.py):
+     "goals": [{"id": int, "session_id", "command", "turn_id": str|null,
+        "state": "active"|"met"|"given_up"|"ended", "outcome": str|null, "set_at": ISO,
+        "ended_at": ISO|null, "checks": [{"time": ISO, "reply_id", "exit_code": int|null,
+        "duration_ms": int, "timed_out": bool, "excerpt": str|null,
+        "decision_id": int|null}]}]}
 
 A repetition stop's outcome: ``looped`` when a later repetition decision falls in the same
 turn, else ``clean`` once the reminder's next assistant step finished, else ``pending``.
@@ -43,6 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from opencode_autoretry.diagnostics.goal_view import goal_json, goal_lines, goals_of
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import (
     RULE,
@@ -96,7 +103,13 @@ from opencode_autoretry.notifications.records import (
     notification_line,
 )
 from opencode_autoretry.opencode.db import OpenCodeDB
-from opencode_autoretry.store.database import DecisionRecord, InjectionRecord, TrimRecord
+from opencode_autoretry.store.database import (
+    DecisionRecord,
+    GoalCheckRecord,
+    GoalRecord,
+    InjectionRecord,
+    TrimRecord,
+)
 
 DECLINED_ACTIONS = ("skip", "notify")
 
@@ -131,6 +144,7 @@ class TraceReport:
     todos: tuple[TodoContinuation, ...] = ()
     subagents: tuple[SubagentAbort, ...] = ()  # issue 9: hung children that were aborted
     notifications: tuple[NotificationRecord, ...] = ()
+    goals: tuple[tuple[GoalRecord, tuple[GoalCheckRecord, ...]], ...] = ()  # issue 22
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -250,7 +264,7 @@ def build_trace(
     aborted = tuple(subagent_aborts(db, records, session_id))
     notes = tuple(n for n in records.notifications if session_id in (None, n.session_id))
     return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, todos,
-                       aborted, notes)
+                       aborted, notes, goals_of(records, session_id))
 
 
 def _delivered(
@@ -322,6 +336,7 @@ def trace_json(report: TraceReport) -> str:
         "todo_continuations": [todo_json(t) for t in report.todos],
         "subagent_aborts": [abort_json(a) for a in report.subagents],  # issue 9
         "notifications": [notification_json(n) for n in report.notifications],
+        "goals": [goal_json(goal, checks) for goal, checks in report.goals],  # issue 22
     }
     items = [
         c.text if isinstance(c, Rendered) else render_item(_continuation_json(c))
@@ -400,6 +415,7 @@ def render_trace(report: TraceReport, style: Style) -> str:
     lines += [RULE, f"Notifications: {len(report.notifications)}"]
     lines += [f"[{style.local(n.at)}] ses={session_ref(n.session_id)} {notification_line(n)}"
               for n in report.notifications]
+    lines += [RULE, *goal_lines(report.goals, style)]
     return "\n".join(lines)
 
 
