@@ -26,6 +26,18 @@ from test_daemon_e2e import (
 pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 
+def beaten(d: DaemonProcess) -> None:
+    """Waits for the daemon's first heartbeat: a restarted daemon reviews the gap since the
+    last one, and with the worker's OpenCode already up a test gets here within a beat."""
+    def beat() -> bool:
+        view = d.store()
+        try:
+            return view.heartbeat() is not None
+        finally:
+            view.close()
+    wait_until(beat, TURN, "the daemon's first heartbeat")
+
+
 def owners(d: DaemonProcess) -> dict[str, int]:
     view = d.store()
     try:
@@ -87,6 +99,7 @@ def test_a_session_no_heartbeat_named_is_continued_once_its_bridge_says_hello(
     # bridge's hello names it now (the sessions its process saw), so it is continued, once.
     d = daemon()
     server = connect(start_opencode, d)
+    beaten(d)
     assert d.process is not None
     d.process.send_signal(signal.SIGSTOP)  # frozen: no heartbeat can name what comes now
     try:
@@ -117,6 +130,7 @@ def test_a_permission_wait_through_a_restart_is_left_alone(provider, daemon, sta
     d = daemon(config="stall_timeout = 2.0\n" + FAST_CONFIG)
     server = connect(start_opencode, d)
     rules = [{"permission": "bash", "pattern": "*", "action": "ask"}]
+    beaten(d)
     assert d.process is not None
     d.process.send_signal(signal.SIGSTOP)  # frozen: the session is in no heartbeat
     try:
