@@ -487,7 +487,9 @@ function describeError(error) {
   return String(error?.data?.message ?? error?.message ?? error?.name ?? JSON.stringify(error))
 }
 
-export const DAEMON_DOWN_MESSAGE = "autoretry daemon is not running: start it with `autoretry run` (or `systemctl --user start opencode-autoretry`)."
+// `autoretry start` whatever runs the daemon (systemd, launchd or a detached process; issue 24):
+// `autoretry run` in a shell would hold that shell and die with it.
+export const DAEMON_DOWN_MESSAGE = "autoretry daemon is not running: start it with `autoretry start` in a shell (`autoretry doctor` checks the set-up)."
 export const HANDLED_MESSAGE = "autoretry: command handled by the autoretry plugin (no model call)"
 
 export const SLOW_DAEMON_MESSAGE = "autoretry: the daemon has not answered yet; its answer follows"

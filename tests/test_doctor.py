@@ -257,7 +257,9 @@ def test_json_and_text_reports(world: World) -> None:
     text = render_doctor(found)
     assert "fix: see daemon.log" in text
     assert text.splitlines()[-1] == summary_line(found)
-    assert "1 warning (bridge lines)" in summary_line(found)
+    assert summary_line(found) == "autoretry doctor: 1 warning (bridge lines)"
+    # doctor's own last line does not send the reader to doctor (issue 24's walk-through)
+    assert "run `autoretry doctor`" not in text
 
 
 def test_is_opencode_skips_commands_that_load_no_plugin() -> None:
@@ -313,6 +315,7 @@ def test_diagnose_prints_doctors_summary_first(tmp_path: Path, monkeypatch) -> N
     assert result.exit_code == 0, result.output
     first = result.output.splitlines()[0]
     assert first.startswith("autoretry doctor: ") and "problem" in first
+    assert first.endswith("; run `autoretry doctor`")  # here, the hint where the checks are
     body = CliRunner().invoke(main, ["--db", str(tmp_path / "opencode.db"), "diagnose", "--json"])
     assert json.loads(body.output)["report"] == "diagnose"  # the JSON is unchanged
 

@@ -110,7 +110,7 @@ def summary_line(checks: Sequence[Check]) -> str:
     if counts[Status.WARN]:
         parts.append(f"{counts[Status.WARN]} warning{'s' if counts[Status.WARN] > 1 else ''}")
     failed = ", ".join(c.name for c in checks if c.status is not Status.OK)
-    return f"autoretry doctor: {' and '.join(parts)} ({failed}); run `autoretry doctor`"
+    return f"autoretry doctor: {' and '.join(parts)} ({failed})"
 
 
 def doctor_json(checks: Sequence[Check]) -> dict[str, Any]:
@@ -138,5 +138,11 @@ def render_doctor(checks: Sequence[Check]) -> str:
 
 
 def quick_summary(app: AppContext) -> str:
-    """Doctor's summary line without running ``opencode --version`` (for ``diagnose``)."""
-    return summary_line(run_checks(subject_for(app, None, None), Machine(run_binary=False)))
+    """Doctor's summary line without running ``opencode --version`` (for ``diagnose``), with
+    the hint to run doctor when a check is not ok (doctor's own output lists the checks
+    above its summary, so only here does the hint belong)."""
+    checks = run_checks(subject_for(app, None, None), Machine(run_binary=False))
+    line = summary_line(checks)
+    if any(check.status is not Status.OK for check in checks):
+        line += "; run `autoretry doctor`"
+    return line

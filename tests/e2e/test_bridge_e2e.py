@@ -145,7 +145,7 @@ def test_autoretry_command_without_daemon_says_how_to_start_it(provider, start_o
     status, _ = server.command(session, "autoretry", "status")
 
     assert status == 500
-    _toast(server, "autoretry run")
+    _toast(server, "start it with `autoretry start`")
     assert provider.requests(include_titles=True) == []
     assert server.messages(session) == []
 
