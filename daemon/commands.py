@@ -113,6 +113,9 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
         log.info("autoretry daemon %s: socket %s, OpenCode DB %s (%s), store %s, log %s, "
                  "pid file %s", os.getpid(), settings.socket, settings.opencode_db,
                  "watched" if watching else "polled", settings.store, settings.log_dir, pid_file)
+        if settings.observing:
+            log.warning("OBSERVE MODE: every decision is recorded as what autoretry would "
+                        "do; nothing is sent, aborted or switched (mode = \"observe\")")
         loop.run(inbox)
     finally:
         keeper.stop()
@@ -144,8 +147,11 @@ def restart_in_place() -> NoReturn:
 @click.command("run")
 @click.option("-v", "--verbose", is_flag=True, help="Log every event and decision (debug).")
 @click.option("--foreground", is_flag=True, help="Also log to stderr.")
+@click.option("--observe", is_flag=True,
+              help="Observe mode: judge and record what would be done; send, abort and "
+                   "switch nothing (as mode = \"observe\").")
 @click.pass_obj
-def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
+def run_command(app: AppContext, verbose: bool, foreground: bool, observe: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget.
 
     It writes its pid to the state dir's daemon.pid, and on SIGHUP restarts in place with
@@ -156,6 +162,8 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     from opencode_autoretry.store.database import StoreError
 
     more: dict[str, object] = {"verbose": True} if verbose else {}
+    if observe:
+        more["mode"] = "observe"
     try:  # before anything starts: a bad config starts nothing
         config = app.config(**more)
     except BadConfig as exc:
@@ -260,7 +268,7 @@ def status_command(app: AppContext, as_json: bool) -> None:
     except StoreError as exc:
         raise StoreUnusable(str(exc)) from exc
     try:
-        report = status_report(view, datetime.now(tz=UTC))
+        report = status_report(view, datetime.now(tz=UTC), mode=settings.mode)
     finally:
         view.close()
     report["paths"] = where_things_are(app, settings)

@@ -32,6 +32,11 @@ class DaemonRecords:
     heartbeat: Heartbeat | None = None
     trims: tuple[TrimRecord, ...] = ()
     notifications: tuple[NotificationRecord, ...] = ()  # deliveries outside OpenCode (issue 10)
+    #: Would-be actions of observe mode (issue 23): decisions to act recorded but never
+    #: carried out. Kept out of ``decisions`` so that no report takes them for something done
+    #: (a continuation, a stopped loop, a daemon abort); an observed skip stays a decision,
+    #: as it reads the same in both modes.
+    observed: tuple[DecisionRecord, ...] = ()
 
     def decisions_for(self, session_id: str) -> tuple[DecisionRecord, ...]:
         return tuple(d for d in self.decisions if d.session_id == session_id)
@@ -52,6 +57,7 @@ class DaemonRecords:
         return replace(
             self,
             decisions=tuple(d for d in self.decisions if d.at >= cut),
+            observed=tuple(d for d in self.observed if d.at >= cut),
             injections=tuple(i for i in self.injections if i.created >= cut),
             trims=tuple(t for t in self.trims if t.at >= cut),
         )
@@ -66,8 +72,10 @@ def load_records(
     """
     view = StoreView.open(store)
     try:
+        decisions = view.decisions(session_id, since)
         return DaemonRecords(
-            decisions=tuple(view.decisions(session_id, since)),
+            decisions=tuple(d for d in decisions if not is_would_be(d)),
+            observed=tuple(d for d in decisions if is_would_be(d)),
             injections=tuple(view.injections(session_id, since)),
             heartbeat=view.heartbeat(),
             trims=tuple(view.trims(session_id, since)),
@@ -75,6 +83,11 @@ def load_records(
         )
     finally:
         view.close()
+
+
+def is_would_be(decision: DecisionRecord) -> bool:
+    """A decision to act taken in observe mode: recorded, never carried out."""
+    return decision.observed and decision.action != "skip"
 
 
 #: How long after a step ended its abort can still be the daemon's (the abort's error lands

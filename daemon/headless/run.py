@@ -35,6 +35,7 @@ from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.judge import Owner, judge_for
 from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.sessions import Sessions
+from opencode_autoretry.decisions.observed import would_of
 from opencode_autoretry.models import Action, Kind, LiveFacts, to_epoch_ms
 from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError
@@ -172,7 +173,9 @@ class Runner:
         self._verbose = verbose
         self.sessions = Sessions()
         self.hand = CliHand(run, self._env, cwd, spawn, err)
-        self.actions = Actions(store, self.hand, self.db, NoTimers(), self.sessions)
+        self.observe = config.settings.observing  # issue 23: judge and record, re-run nothing
+        self.actions = Actions(store, self.hand, self.db, NoTimers(), self.sessions,
+                               observe=self.observe)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, NoTimers())
         self.judge = judge_for(config, store, self.db, rand=rand)  # the daemon's, [fallback] too
         self.child: subprocess.Popen[bytes] | None = None
@@ -240,6 +243,11 @@ class Runner:
                     say(self._err, f"recovered after {self.continuations} continuation(s)")
                 return 0
             self.actions.perform(decision, now, verdict.message_id)
+            if self.observe and decision.action is not Action.SKIP:
+                would = would_of(decision)
+                say(self._err, f"observe mode: {would}; nothing re-run ({verdict.kind}: "
+                               f"{verdict.reason})")
+                return status  # the run's own status: exec did nothing
             if decision.action is Action.NOTIFY:
                 return EXIT_GAVE_UP
             if not decision.sends:

@@ -31,7 +31,10 @@ to act (skip, notify) follow, with their reasons.
      "todo_continuations": [{"time": ISO, "session_id", "injection_id": int,
         "decision_id": int, "named": [str],   # "[pending] Add the tests"
         "progress": {"status": "progress"|"no_progress"|"pending"|"not_sent"|"cancelled",
-                     "detail": str}}]}
+                     "detail": str}}],
+     # added in issue 23 (observe mode): what autoretry would have done, oldest first
+     "observed": [{"time": ISO, "session_id", "decision_id": int, "action", "kind": str|null,
+                   "would": str, "reason": str, "message_id": str|null}]}
 
 A repetition stop's outcome: ``looped`` when a later repetition decision falls in the same
 turn, else ``clean`` once the reminder's next assistant step finished, else ``pending``.
@@ -131,6 +134,7 @@ class TraceReport:
     todos: tuple[TodoContinuation, ...] = ()
     subagents: tuple[SubagentAbort, ...] = ()  # issue 9: hung children that were aborted
     notifications: tuple[NotificationRecord, ...] = ()
+    observed: tuple[DecisionRecord, ...] = ()  # issue 23: observe mode's would-be actions
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -249,8 +253,9 @@ def build_trace(
     todos = todo_continuations(db, records, session_id)
     aborted = tuple(subagent_aborts(db, records, session_id))
     notes = tuple(n for n in records.notifications if session_id in (None, n.session_id))
+    observed = tuple(d for d in records.observed if session_id in (None, d.session_id))
     return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, todos,
-                       aborted, notes)
+                       aborted, notes, observed)
 
 
 def _delivered(
@@ -322,6 +327,19 @@ def trace_json(report: TraceReport) -> str:
         "todo_continuations": [todo_json(t) for t in report.todos],
         "subagent_aborts": [abort_json(a) for a in report.subagents],  # issue 9
         "notifications": [notification_json(n) for n in report.notifications],
+        "observed": [
+            {
+                "time": iso(d.at),
+                "session_id": d.session_id,
+                "decision_id": d.id,
+                "action": d.action,
+                "kind": d.kind,
+                "would": d.would,
+                "reason": d.reason,
+                "message_id": d.message_id,
+            }
+            for d in report.observed
+        ],
     }
     items = [
         c.text if isinstance(c, Rendered) else render_item(_continuation_json(c))
@@ -400,6 +418,11 @@ def render_trace(report: TraceReport, style: Style) -> str:
     lines += [RULE, f"Notifications: {len(report.notifications)}"]
     lines += [f"[{style.local(n.at)}] ses={session_ref(n.session_id)} {notification_line(n)}"
               for n in report.notifications]
+    if report.observed:  # issue 23: shown only when observe mode recorded something
+        lines += [RULE, f"Observe mode, would have acted: {len(report.observed)} "
+                        "(nothing was sent, aborted or switched)"]
+        lines += [f"[{style.local(d.at)}] ses={session_ref(d.session_id)} "
+                  f"{(d.kind or '-')}: {d.would}" for d in report.observed]
     return "\n".join(lines)
 
 
