@@ -61,7 +61,7 @@ def would_do(
     if cause is Cause.MODEL_SWITCH and facts.switch is not None:
         switch = facts.switch
         return (f"would switch {switch.from_model} → {switch.to_model} and continue: "
-                f"{what}{count}")
+                f"{switch.why or what}{count}")
     if act is Action.ABORT_THEN_INJECT:
         return f"would stop and continue: {what}{count}"
     delay = f" in {facts.delay_s:.0f} s" if facts.delay_s and facts.delay_s >= 0.5 else ""

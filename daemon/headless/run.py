@@ -35,7 +35,6 @@ from opencode_autoretry.daemon.actions import Actions
 from opencode_autoretry.daemon.judge import Owner, judge_for
 from opencode_autoretry.daemon.recovery import Recovery
 from opencode_autoretry.daemon.sessions import Sessions
-from opencode_autoretry.decisions.observed import would_of
 from opencode_autoretry.models import Action, Kind, LiveFacts, to_epoch_ms
 from opencode_autoretry.opencode.daemon_reads import DaemonReads
 from opencode_autoretry.opencode.dbtypes import DbError
@@ -244,9 +243,7 @@ class Runner:
                 return 0
             self.actions.perform(decision, now, verdict.message_id)
             if self.observe and decision.action is not Action.SKIP:
-                would = would_of(decision)
-                say(self._err, f"observe mode: {would}; nothing re-run ({verdict.kind}: "
-                               f"{verdict.reason})")
+                # Its toast (stderr) said what exec would have done; nothing is re-run.
                 return status  # the run's own status: exec did nothing
             if decision.action is Action.NOTIFY:
                 return EXIT_GAVE_UP
