@@ -1,0 +1,157 @@
+"""Observe mode against the real OpenCode 1.18.33 (issue 23).
+
+The soak's fault corpus (``soak_plan.MENU``: every fault a plain prompt can carry, less the
+minute-long ones) runs side by side, one session per fault, in one OpenCode with one daemon
+in observe mode and a fallback chain. For every fault the daemon records its decision, with
+the kind the corpus expects and what it WOULD have done, and carries none of it out: the
+provider sees no continuation (every request's newest user message is the fault's own
+prompt) and no request for the fallback model, no session gets an abort (OpenCode stores no
+``MessageAbortedError``, the looping sessions keep looping), no trim is recorded. ``status``,
+``trace --json``, the ``diagnose`` summary and the toasts say observe mode.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from daemon_process import FAST_CONFIG, DaemonProcess, wait_until
+from fake_faults import install as install_faults
+from fake_loops import install as install_loops
+from fake_provider import FakeProvider, ProviderRequest
+from fake_soak import install as install_soak
+from fake_unattended import install as install_unattended
+from opencode import OpenCodeServer
+from soak_plan import MENU, Expect, Fault, How
+
+from opencode_autoretry.decisions.observed import OBSERVE_TITLE
+
+pytestmark = pytest.mark.e2e
+
+TURN = 60.0  # every session's decision, all side by side on a loaded 2-core machine
+STALL_TIMEOUT_S = 8.0  # long enough that 14 cold turns at once do not look stalled
+CHAIN = '[fallback]\n"fake/fake-model" = ["fake/fake-b"]\n'
+CONFIG = f'mode = "observe"\nstall_timeout = {STALL_TIMEOUT_S}\n{FAST_CONFIG}\n{CHAIN}'
+#: Faults OpenCode 1.18.33 itself repeats without end (no finish reason): never stopped here.
+LOOPING = {"noreason_loop", "reset"}
+#: The model-bound failures: with a chain, the daemon's decision is a (would-be) switch.
+SWITCHED = {"unauthorized", "quota"}
+
+CORPUS = [f for f in MENU if f.how is How.PROMPT and not f.slow and f.expect is not Expect.HEALTHY]
+
+
+def tag(fault: Fault) -> str:
+    return f"(observe {fault.name})"
+
+
+def prompt(fault: Fault) -> str:
+    return f"Observe {tag(fault)}: say hello [[s:{fault.marker}]]"
+
+
+def requests_of(provider: FakeProvider, fault: Fault) -> list[ProviderRequest]:
+    return [r for r in provider.requests() if tag(fault) in json.dumps(r.messages)]
+
+
+def decisions(d: DaemonProcess, session: str) -> list[Any]:
+    view = d.store()
+    try:
+        return view.decisions(session)
+    finally:
+        view.close()
+
+
+def acted_on(d: DaemonProcess) -> tuple[list[Any], list[Any]]:
+    """The store's continuations and trims: observe mode writes neither."""
+    view = d.store()
+    try:
+        return view.injections(), view.trims()
+    finally:
+        view.close()
+
+
+def would_be(d: DaemonProcess, session: str) -> Any:
+    """The session's first decision to act (its would-be action), once recorded."""
+    return next((x for x in decisions(d, session) if x.action != "skip"), None)
+
+
+def aborted(server: OpenCodeServer) -> list[dict[str, Any]]:
+    return [e for e in server.events.of_type("session.error")
+            if (e["properties"].get("error") or {}).get("name") == "MessageAbortedError"]
+
+
+def check_decision(fault: Fault, decision: Any) -> None:
+    assert decision.kind in fault.kinds, (fault.name, decision)
+    assert decision.observed, (fault.name, decision)
+    would = decision.would or ""
+    if fault.name in SWITCHED:
+        assert would.startswith("would switch fake/fake-model → fake/fake-b"), (fault.name, would)
+    elif decision.action == "abort_then_inject":
+        assert would.startswith("would stop and continue: "), (fault.name, would)
+    else:
+        assert (decision.action, would.split(":")[0].split(" in ")[0]) in (
+            ("inject", "would continue"), ("inject_at", "would continue")), (fault.name, would)
+
+
+def check_untouched(provider: FakeProvider, server: OpenCodeServer, fault: Fault,
+                    session: str) -> None:
+    """No continuation, no switch: every request of the session answers its own prompt."""
+    requests = requests_of(provider, fault)
+    assert requests, fault.name
+    assert all(tag(fault) in r.last_user_text for r in requests), (
+        fault.name, [r.last_user_text[:60] for r in requests])
+    assert all("fake-b" not in (r.model or "") for r in requests), (
+        fault.name, [r.model for r in requests])
+    users = [m for m in server.messages(session) if m["info"]["role"] == "user"]
+    assert len(users) == 1, (fault.name, [m["parts"] for m in users])
+
+
+def test_every_fault_of_the_corpus_is_judged_and_nothing_is_done(provider, daemon,
+                                                                   start_opencode):
+    for install in (install_faults, install_loops, install_soak, install_unattended):
+        install(provider)
+    server = start_opencode(warm=True)
+    d = daemon(config=CONFIG)
+    d.wait_log("OBSERVE MODE", TURN)
+    d.wait_log("connected: pid", TURN)
+    sessions: dict[str, str] = {}
+    for fault in CORPUS:
+        session = server.create_session(title=f"observe {fault.name}")["id"]
+        server.prompt_async(session, prompt(fault))
+        sessions[fault.name] = session
+
+    found = {fault.name: wait_until(lambda f=fault: would_be(d, sessions[f.name]), TURN,
+                                    f"{fault.name}: its would-be decision")
+             for fault in CORPUS}
+    for fault in CORPUS:
+        check_decision(fault, found[fault.name])
+    # Not stopped: OpenCode goes on looping where an abort would have ended the loop.
+    for fault in CORPUS:
+        if fault.name in LOOPING:
+            decided = found[fault.name].at.timestamp()
+            wait_until(lambda f=fault, t=decided: len(
+                [r for r in requests_of(provider, f) if r.at > t]) >= 3, TURN,
+                f"{fault.name}: OpenCode still loops after the would-be abort")
+
+    assert aborted(server) == [], "an abort reached OpenCode in observe mode"
+    for fault in CORPUS:
+        check_untouched(provider, server, fault, sessions[fault.name])
+    assert acted_on(d) == ([], []), "observe mode wrote a continuation or a trim"
+    toasts = server.events.of_type("tui.toast.show")
+    assert toasts and {t["properties"].get("title") for t in toasts} == {OBSERVE_TITLE}
+    assert any("would continue" in t["properties"]["message"] for t in toasts)
+
+    for fault in CORPUS:  # the test's own aborts (a user's): the loops and the stall end
+        if fault.name in LOOPING or fault.name == "stall":
+            server.abort(sessions[fault.name])
+    status = json.loads(d.cli("status", "--json").stdout)
+    assert status["mode"] == "observe"
+    assert "OBSERVE MODE" in d.cli("status").stdout
+    trace = json.loads(d.cli("trace", "--json").stdout)
+    observed = {o["session_id"]: o for o in reversed(trace["observed"])}
+    assert {f.name for f in CORPUS if sessions[f.name] in observed} == {f.name for f in CORPUS}
+    assert trace["continuations"] == [] and trace["subagent_aborts"] == []
+    assert all(o["would"].startswith("would ") for o in trace["observed"])
+    summary = json.loads(d.cli("diagnose", "0", "--json").stdout)["summary"]
+    assert summary["observed"]["count"] >= len(CORPUS)
+    assert summary["continuations"]["sent"] == 0
