@@ -55,6 +55,8 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
     root.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     logging.getLogger("watchdog").setLevel(logging.WARNING)
+    # Apprise's HTTP client logs each request line (a bot token is in Telegram's path).
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
 
 
 def serve(config: Config, reload_check: Callable[[], str | None] | None = None) -> bool:
