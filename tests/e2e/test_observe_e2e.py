@@ -8,6 +8,11 @@ provider sees no continuation (every request's newest user message is the fault'
 prompt) and no request for the fallback model, no session gets an abort (OpenCode stores no
 ``MessageAbortedError``, the looping sessions keep looping), no trim is recorded. ``status``,
 ``trace --json``, the ``diagnose`` summary and the toasts say observe mode.
+
+The 401 runs on the chain's last model (``fake/fake-b``): no switch applies, the turn is left
+alone (``skip``, as in act mode) and its ``terminal`` event reaches the test's own endpoint on
+127.0.0.1 through Apprise (``[notify] urls = ["json://127.0.0.1:PORT/…"]``), once, with no
+part of the URL in the daemon's log.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from fake_loops import install as install_loops
 from fake_provider import FakeProvider, ProviderRequest
 from fake_soak import install as install_soak
 from fake_unattended import install as install_unattended
+from notify_sink import WebhookSink
 from opencode import OpenCodeServer
 from soak_plan import MENU, Expect, Fault, How
 
@@ -32,11 +38,22 @@ pytestmark = pytest.mark.e2e
 TURN = 60.0  # every session's decision, all side by side on a loaded 2-core machine
 STALL_TIMEOUT_S = 8.0  # long enough that 14 cold turns at once do not look stalled
 CHAIN = '[fallback]\n"fake/fake-model" = ["fake/fake-b"]\n'
-CONFIG = f'mode = "observe"\nstall_timeout = {STALL_TIMEOUT_S}\n{FAST_CONFIG}\n{CHAIN}'
+SECRET = "s3cret-path"
 #: Faults OpenCode 1.18.33 itself repeats without end (no finish reason): never stopped here.
 LOOPING = {"noreason_loop", "reset"}
-#: The model-bound failures: with a chain, the daemon's decision is a (would-be) switch.
-SWITCHED = {"unauthorized", "quota"}
+#: The model-bound failure on the chain's first model: a (would-be) switch.
+SWITCHED = {"quota"}
+#: Left alone (a 401 on the chain's last model): a skip, the same in both modes.
+LEFT = {"unauthorized"}
+LAST_MODEL = {"providerID": "fake", "modelID": "fake-b"}
+
+
+def config(sink: WebhookSink) -> str:
+    port = sink.url.split(":")[2].split("/")[0]
+    notify = (f'[notify]\nurls = ["json://127.0.0.1:{port}/hook/{SECRET}"]\n'
+              'events = ["terminal", "gave_up"]\n')
+    return (f'mode = "observe"\nstall_timeout = {STALL_TIMEOUT_S}\n{FAST_CONFIG}\n{CHAIN}'
+            f"{notify}")
 
 CORPUS = [f for f in MENU if f.how is How.PROMPT and not f.slow and f.expect is not Expect.HEALTHY]
 
@@ -70,8 +87,11 @@ def acted_on(d: DaemonProcess) -> tuple[list[Any], list[Any]]:
         view.close()
 
 
-def would_be(d: DaemonProcess, session: str) -> Any:
-    """The session's first decision to act (its would-be action), once recorded."""
+def would_be(d: DaemonProcess, session: str, fault: Fault) -> Any:
+    """The session's first decision to act (its would-be action), once recorded; for a fault
+    left alone, its first decision about the failure."""
+    if fault.name in LEFT:
+        return next((x for x in decisions(d, session) if x.kind == "terminal"), None)
     return next((x for x in decisions(d, session) if x.action != "skip"), None)
 
 
@@ -83,6 +103,9 @@ def aborted(server: OpenCodeServer) -> list[dict[str, Any]]:
 def check_decision(fault: Fault, decision: Any) -> None:
     assert decision.kind in fault.kinds, (fault.name, decision)
     assert decision.observed, (fault.name, decision)
+    if fault.name in LEFT:
+        assert (decision.action, decision.would) == ("skip", None), (fault.name, decision)
+        return
     would = decision.would or ""
     if fault.name in SWITCHED:
         assert would.startswith("would switch fake/fake-model → fake/fake-b"), (fault.name, would)
@@ -100,27 +123,36 @@ def check_untouched(provider: FakeProvider, server: OpenCodeServer, fault: Fault
     assert requests, fault.name
     assert all(tag(fault) in r.last_user_text for r in requests), (
         fault.name, [r.last_user_text[:60] for r in requests])
-    assert all("fake-b" not in (r.model or "") for r in requests), (
-        fault.name, [r.model for r in requests])
+    if fault.name not in LEFT:  # the left-alone 401 runs on fake-b from the start
+        assert all("fake-b" not in (r.model or "") for r in requests), (
+            fault.name, [r.model for r in requests])
     users = [m for m in server.messages(session) if m["info"]["role"] == "user"]
     assert len(users) == 1, (fault.name, [m["parts"] for m in users])
 
 
+@pytest.fixture
+def sink():
+    server = WebhookSink()
+    yield server
+    server.close()
+
+
 def test_every_fault_of_the_corpus_is_judged_and_nothing_is_done(provider, daemon,
-                                                                   start_opencode):
+                                                                   start_opencode, sink):
     for install in (install_faults, install_loops, install_soak, install_unattended):
         install(provider)
     server = start_opencode(warm=True)
-    d = daemon(config=CONFIG)
+    d = daemon(config=config(sink))
     d.wait_log("OBSERVE MODE", TURN)
     d.wait_log("connected: pid", TURN)
     sessions: dict[str, str] = {}
     for fault in CORPUS:
         session = server.create_session(title=f"observe {fault.name}")["id"]
-        server.prompt_async(session, prompt(fault))
+        server.prompt_async(session, prompt(fault),
+                            **({"model": LAST_MODEL} if fault.name in LEFT else {}))
         sessions[fault.name] = session
 
-    found = {fault.name: wait_until(lambda f=fault: would_be(d, sessions[f.name]), TURN,
+    found = {fault.name: wait_until(lambda f=fault: would_be(d, sessions[f.name], f), TURN,
                                     f"{fault.name}: its would-be decision")
              for fault in CORPUS}
     for fault in CORPUS:
@@ -149,9 +181,20 @@ def test_every_fault_of_the_corpus_is_judged_and_nothing_is_done(provider, daemo
     assert "OBSERVE MODE" in d.cli("status").stdout
     trace = json.loads(d.cli("trace", "--json").stdout)
     observed = {o["session_id"]: o for o in reversed(trace["observed"])}
-    assert {f.name for f in CORPUS if sessions[f.name] in observed} == {f.name for f in CORPUS}
+    assert {f.name for f in CORPUS if sessions[f.name] in observed} == {
+        f.name for f in CORPUS if f.name not in LEFT}
     assert trace["continuations"] == [] and trace["subagent_aborts"] == []
     assert all(o["would"].startswith("would ") for o in trace["observed"])
     summary = json.loads(d.cli("diagnose", "0", "--json").stdout)["summary"]
-    assert summary["observed"]["count"] >= len(CORPUS)
+    assert summary["observed"]["count"] >= len(CORPUS) - len(LEFT)
     assert summary["continuations"]["sent"] == 0
+
+    # Apprise: the left-alone 401's terminal event, delivered to the test's endpoint, once.
+    [got] = sink.wait_for(1, TURN)
+    assert got.path == f"/hook/{SECRET}"
+    assert got.body["title"] == "autoretry stopped on an error it does not retry"
+    assert "observe unauthorized" in got.body["message"] or sessions["unauthorized"] in (
+        got.body["message"])
+    d.wait_log("via apprise delivered", TURN)
+    assert len(sink.received()) == 1
+    assert not [line for line in d.lines() if SECRET in line], "a URL's secret was logged"
