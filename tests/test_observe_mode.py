@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from daemon_fakes import Harness, disconnect
-from opencode_rows import api_error, tokens
+from opencode_rows import aborted_error, api_error, tokens
 from test_exec import World
 from test_repetition_guard_daemon import busy_turn, guard_for, stream_loop
 from test_subagent_stalls import hung_child
@@ -153,6 +153,42 @@ def test_a_quota_with_a_fallback_chain_would_switch_and_switches_nothing(tmp_pat
                               "usage limit (1/1)")
     h.advance(30)
     assert acted(h) == []
+
+
+def test_the_gates_come_first_off_a_child_and_a_user_abort_record_no_would_be_action(
+        tmp_path):
+    """Observe mode records what act mode would do: where act mode would leave the session
+    alone (switched off, a subagent, a user abort), nothing 'would' be done either."""
+    h = Harness(tmp_path, **OBSERVE)
+    h.hello()
+    off, user = h.busy_turn()
+    h.store.set_enabled(False, h.clock.now(), off)
+    h.blank_step(off, user)
+    h.idle(off)
+    root = h.session()
+    child = h.session(parent_id=root)
+    task = h.user(child, "Do the subtask")
+    h.chat(child, task)
+    h.status(child, "busy")
+    h.blank_step(child, task)
+    h.idle(child)
+    stopped, _, _ = h.failed_turn(aborted_error())  # the user pressed stop
+    h.error_then_idle(stopped, aborted_error())
+    causes = {sid: [(d.action, d.cause) for d in h.store.decisions(sid)]
+              for sid in (off, child, stopped)}
+    assert causes == {off: [("skip", Cause.OFF)], child: [("skip", Cause.CHILD_SESSION)],
+                      stopped: [("skip", Cause.USER_ABORT)]}
+    assert all(d.observed and d.would is None for d in h.store.decisions())
+    assert acted(h) == [] and observe_toasts(h) == []
+
+
+def test_a_permission_wait_records_nothing_and_does_nothing(tmp_path):
+    h = Harness(tmp_path, **OBSERVE)
+    h.hello()
+    sid, _ = h.busy_turn()
+    h.event("permission.asked", id="per_1", sessionID=sid, permission="external_directory")
+    h.advance(h.settings.stall_timeout + 60)
+    assert h.store.decisions(sid) == [] and acted(h) == []
 
 
 def test_a_restart_in_observe_mode_sends_no_continuation_left_by_act_mode(tmp_path):

@@ -13,6 +13,10 @@ The 401 runs on the chain's last model (``fake/fake-b``): no switch applies, the
 alone (``skip``, as in act mode) and its ``terminal`` event reaches the test's own endpoint on
 127.0.0.1 through Apprise (``[notify] urls = ["json://127.0.0.1:PORT/…"]``), once, with no
 part of the URL in the daemon's log.
+
+The gates come before observe mode, as before any action: a blank reply in a session switched
+off (``/autoretry off here``) and a blank reply of a subagent (``task``) are left alone, with no
+would-be action recorded for them.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from fake_soak import install as install_soak
 from fake_unattended import install as install_unattended
 from notify_sink import WebhookSink
 from opencode import OpenCodeServer
-from soak_plan import MENU, Expect, Fault, How
+from soak_plan import BY_NAME, MENU, Expect, Fault, How
 
 from opencode_autoretry.decisions.observed import OBSERVE_TITLE
 
@@ -56,6 +60,8 @@ def config(sink: WebhookSink) -> str:
             f"{notify}")
 
 CORPUS = [f for f in MENU if f.how is How.PROMPT and not f.slow and f.expect is not Expect.HEALTHY]
+#: The negative cases: the gates leave these alone in observe mode as in act mode.
+OFF_HERE, SUBAGENT = BY_NAME["off_here"], BY_NAME["subagent_blank"]
 
 
 def tag(fault: Fault) -> str:
@@ -98,6 +104,23 @@ def would_be(d: DaemonProcess, session: str, fault: Fault) -> Any:
 def aborted(server: OpenCodeServer) -> list[dict[str, Any]]:
     return [e for e in server.events.of_type("session.error")
             if (e["properties"].get("error") or {}).get("name") == "MessageAbortedError"]
+
+
+def switched_off(server: OpenCodeServer, d: DaemonProcess, session: str) -> bool:
+    """`/autoretry off here`, repeated until the daemon's store shows it."""
+    view = d.store()
+    try:
+        if not view.is_enabled(session):
+            return True
+    finally:
+        view.close()
+    server.command(session, "autoretry", "off here")
+    return False
+
+
+def child_decisions(d: DaemonProcess, server: OpenCodeServer, root: str) -> list[Any]:
+    children = server.ok("GET", f"/session/{root}/children")
+    return [x for c in children for x in decisions(d, c["id"]) if x.kind == "blank"]
 
 
 def check_decision(fault: Fault, decision: Any) -> None:
@@ -146,6 +169,11 @@ def test_every_fault_of_the_corpus_is_judged_and_nothing_is_done(provider, daemo
     d.wait_log("OBSERVE MODE", TURN)
     d.wait_log("connected: pid", TURN)
     sessions: dict[str, str] = {}
+    off = server.create_session(title="observe off here")["id"]
+    wait_until(lambda: switched_off(server, d, off), TURN, "/autoretry off here", every=0.5)
+    server.prompt_async(off, prompt(OFF_HERE))
+    root = server.create_session(title="observe subagent")["id"]
+    server.prompt_async(root, prompt(SUBAGENT))
     for fault in CORPUS:
         session = server.create_session(title=f"observe {fault.name}")["id"]
         server.prompt_async(session, prompt(fault),
@@ -164,6 +192,16 @@ def test_every_fault_of_the_corpus_is_judged_and_nothing_is_done(provider, daemo
             wait_until(lambda f=fault, t=decided: len(
                 [r for r in requests_of(provider, f) if r.at > t]) >= 3, TURN,
                 f"{fault.name}: OpenCode still loops after the would-be abort")
+
+    # The gates: the switched-off session and the subagent are left alone, nothing would be.
+    left = wait_until(lambda: [x for x in decisions(d, off) if x.kind == "blank"], TURN,
+                      "the blank reply of the switched-off session is judged")
+    assert [(x.action, x.cause) for x in left] == [("skip", "off")], left
+    wait_until(lambda: server.finished_ok(root), TURN, "the subagent's parent finishes")
+    child = wait_until(lambda: child_decisions(d, server, root), TURN,
+                       "the subagent's blank reply is judged")
+    assert [(x.action, x.cause) for x in child] == [("skip", "child_session")], child
+    assert [x for x in decisions(d, root) if x.action != "skip"] == []
 
     assert aborted(server) == [], "an abort reached OpenCode in observe mode"
     for fault in CORPUS:
