@@ -34,6 +34,7 @@ from fake_unattended import install as install_unattended
 from notify_sink import WebhookSink
 from opencode import OpenCodeServer
 from soak_plan import BY_NAME, MENU, Expect, Fault, How
+from test_exec_e2e import run_exec
 
 from opencode_autoretry.decisions.observed import OBSERVE_TITLE
 
@@ -236,3 +237,22 @@ def test_every_fault_of_the_corpus_is_judged_and_nothing_is_done(provider, daemo
     d.wait_log("via apprise delivered", TURN)
     assert len(sink.received()) == 1
     assert not [line for line in d.lines() if SECRET in line], "a URL's secret was logged"
+
+
+def test_exec_in_observe_mode_judges_the_run_and_re_runs_nothing(
+        provider, opencode_bin, opencode_home, socket_path, tmp_path):
+    """``autoretry exec`` under ``mode = "observe"``: the blank reply is judged on the
+    daemon's decision path and recorded as a would-be continuation; no second ``opencode
+    run``, so the provider gets one request; exec exits with the run's own status."""
+    install_faults(provider)
+    home = tmp_path / "autoretry"
+    home.mkdir()
+    (home / "config.toml").write_text(f'mode = "observe"\n{FAST_CONFIG}')
+    result = run_exec(opencode_bin, opencode_home, home, socket_path,
+                      "Observe exec: say hello [[s:blank]]")
+    assert result.status == 0, result.stderr
+    assert "would continue: blank reply (1/2) — nothing done" in result.stderr
+    assert len(provider.requests()) == 1, [r.behaviour for r in provider.requests()]
+    assert result.injections() == []
+    [decision] = [x for x in result.decisions() if x.action != "skip"]
+    assert (decision.kind, decision.action, decision.observed) == ("blank", "inject", True)
