@@ -115,8 +115,11 @@ class Actions:
         self._models: dict[int, str] = {}  # injection id -> "provider/model" (fallback)
         self._unsent_tries: dict[int, int] = {}  # injection id -> writes that broke
         self._broken_on: dict[int, str] = {}  # injection id -> the connection its write broke
-        #: Called with every recorded decision (notifications outside OpenCode, issue 10).
+        #: Called with every recorded decision (notifications outside OpenCode, issue 10; the
+        #: telemetry export, issue 24).
         self.listeners: list[Callable[[Decision, int, datetime], None]] = []
+        #: Called with every continuation written to a bridge (the telemetry export).
+        self.sent_listeners: list[Callable[[InjectionRecord, datetime], None]] = []
 
     # -- the gate ---------------------------------------------------------------------------
 
@@ -291,6 +294,11 @@ class Actions:
         log.info("injection %s %s sent as %s to %s", injection.id, injection.session_id,
                  request_id, owner)
         self.log_line(injection.session_id, f"autoretry sent {injection.text!r}")
+        for listener in self.sent_listeners:
+            try:
+                listener(injection, now)
+            except Exception:  # counting must never stop the recovery
+                log.exception("sent listener failed")
         return Outcome(True, "sent")
 
     def confirm(self, injection_id: int, message_id: str | None, now: datetime) -> bool:

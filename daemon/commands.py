@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -76,6 +76,7 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.pidfile import pid_file_path, remove_pid_file, write_pid_file
     from opencode_autoretry.daemon.scheduler import RetryScheduler
+    from opencode_autoretry.daemon.telemetry.recorder import start_telemetry
     from opencode_autoretry.diagnostics.index.keeper import IndexKeeper
     from opencode_autoretry.opencode.db import OpenCodeDB
     from opencode_autoretry.store.database import Store
@@ -85,13 +86,15 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     inbox: queue.Queue[object] = queue.Queue()
     parts = PartHealth()  # what is broken: logged once, shown by `autoretry status`
     notifier = start_notifier(config.notify, inbox.put)  # workers post their results to the inbox
+    # issue 24: OpenTelemetry is imported only when [telemetry] otlp_endpoint is set
+    telemetry = start_telemetry(config.telemetry, store)
     bridges = BridgeServer(settings.socket, inbox, parts=parts)
     timers = RetryScheduler(inbox)
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
     loop = Loop(config, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
-                SystemClock(), parts=parts, notifier=notifier)
+                SystemClock(), parts=parts, notifier=notifier, telemetry=telemetry)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))
@@ -127,6 +130,8 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
         bridges.stop()
         if notifier is not None:
             notifier.stop()
+        if telemetry is not None:  # the last spans and counters, within a bound
+            telemetry.shutdown()
         store.close()
         if not loop.reload_requested:
             remove_pid_file(pid_file, os.getpid())
@@ -257,27 +262,67 @@ def off_command(app: AppContext, session: str | None) -> None:
 
 @click.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("-w", "--watch", is_flag=True,
+              help="Redraw the status in place until Ctrl-C (plain text, printed once per "
+                   "interval, when the output is not a terminal).")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              metavar="SECONDS", help="With --watch: seconds between two redraws.")
 @click.pass_obj
-def status_command(app: AppContext, as_json: bool) -> None:
+def status_command(app: AppContext, as_json: bool, watch: bool, interval: float) -> None:
     """Daemon, bridges, watched sessions, budgets, pending retries and last decisions."""
-    from opencode_autoretry.daemon.control import render_status, status_report
-    from opencode_autoretry.store.database import StoreError, StoreView
+    from opencode_autoretry.daemon.control import render_status
     from opencode_autoretry.terminal_text import visible
 
+    if watch and as_json:
+        raise click.UsageError("--watch and --json do not go together")
     settings = app.config().settings
-    try:
-        view = StoreView.open(settings.store)
-    except StoreError as exc:
-        raise StoreUnusable(str(exc)) from exc
-    try:
-        report = status_report(view, datetime.now(tz=UTC), mode=settings.mode)
-    finally:
-        view.close()
+    if watch:
+        watch_status(settings, interval)
+        return
+    report = read_status(settings, datetime.now(tz=UTC))
     report["paths"] = where_things_are(app, settings)
     # status shows ids, model ids and reasons straight from the store: one
     # escape of the whole plain text (it has no colour) covers them all (issue 20)
     text = render_status(report) + "\n" + render_paths(report["paths"])
     click.echo(json.dumps(report, indent=2) if as_json else visible(text))
+
+
+def read_status(settings: Settings, now: datetime, decisions: int = 10) -> dict[str, Any]:
+    """``status``'s report, read from a freshly opened view of the store."""
+    from opencode_autoretry.daemon.control import status_report
+    from opencode_autoretry.store.database import StoreError, StoreView
+
+    try:
+        view = StoreView.open(settings.store)
+    except StoreError as exc:
+        raise StoreUnusable(str(exc)) from exc
+    try:
+        return status_report(view, now, decisions, mode=settings.mode)
+    finally:
+        view.close()
+
+
+def watch_status(settings: Settings, interval: float) -> None:
+    """``status --watch``: rich's live display on a terminal, plain text otherwise; Ctrl-C
+    (and a closed pipe) end it with exit 0."""
+    from opencode_autoretry.daemon.live_status import watch_live, watch_plain
+
+    def read(now: datetime) -> dict[str, Any]:
+        return read_status(settings, now)
+
+    def clock() -> datetime:
+        return datetime.now(tz=UTC)
+
+    try:
+        if sys.stdout.isatty():
+            watch_live(read, clock, interval)
+        else:
+            watch_plain(read, clock, interval, sys.stdout)
+    except KeyboardInterrupt:  # how a watch ends: no traceback, no "Aborted!", exit 0
+        return
+    except BrokenPipeError:  # `status --watch | head`: the reader is gone
+        # Python flushes stdout once more at exit: point it at nothing so that fails quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def where_things_are(app: AppContext, settings: Settings) -> dict[str, str | bool]:

@@ -1,9 +1,9 @@
 """``autoretry start | stop | restart | logs`` (issue 24): the daemon's lifecycle from the shell.
 
-Where install.sh made a systemd user unit or a launchd agent, the service manager starts and
-stops the daemon; otherwise (``AUTORETRY_SERVICE=none``, containers, WSL) ``start`` runs
-``autoretry run`` detached and ``stop`` signals the pid in the daemon's pid file, checked to be
-an ``autoretry run`` (``daemon.pidfile``) — never a process-name pattern.
+Where ``autoretry setup`` (or install.sh) made a systemd user unit or a launchd agent, the
+service manager starts and stops the daemon; otherwise (``AUTORETRY_SERVICE=none``, containers,
+WSL) ``start`` runs ``autoretry run`` detached and ``stop`` signals the pid in the daemon's pid
+file, checked to be an ``autoretry run`` (``daemon.pidfile``) — never a process-name pattern.
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ if TYPE_CHECKING:
     from opencode_autoretry.cli.context import AppContext
     from opencode_autoretry.config.settings import Settings
 
-#: As install.sh names them; a unit or agent counts only when install.sh wrote it.
+#: As setup names them; a unit or agent counts only when setup (or install.sh) wrote it.
 SYSTEMD_SERVICE = "opencode-autoretry.service"
 LAUNCHD_LABEL = "com.github.opencode-autoretry"
-WRITTEN_BY = "written by opencode-autoretry install.sh"
+#: ``autoretry setup`` writes "written by opencode-autoretry setup"; install.sh before it wrote
+#: "... install.sh": both are ours.
+WRITTEN_BY = "written by opencode-autoretry"
 #: Seconds to wait for the first heartbeat, and for the daemon to end after SIGTERM.
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
@@ -111,9 +113,9 @@ class Running:
     how: str  # "pid file" or "heartbeat"
 
 
-def running_daemon(settings: Settings) -> Running | None:
-    """This state dir's daemon: the pid file's, else the store's fresh heartbeat's (a daemon
-    from before pid files), each checked to be a live ``autoretry run``."""
+def running_daemon(settings: Settings, heartbeat: bool = True) -> Running | None:
+    """This state dir's daemon: the pid file's, else (``heartbeat``) the store's fresh
+    heartbeat's (a daemon from before pid files), each checked to be a live ``autoretry run``."""
     from opencode_autoretry.daemon.control import status_report
     from opencode_autoretry.daemon.pidfile import daemon_pid, is_autoretry_run, pid_file_path
     from opencode_autoretry.store.database import StoreError, StoreView
@@ -121,6 +123,8 @@ def running_daemon(settings: Settings) -> Running | None:
     pid = daemon_pid(pid_file_path())
     if pid is not None:
         return Running(pid, "pid file")
+    if not heartbeat:
+        return None
     try:
         view = StoreView.open(settings.store)
     except StoreError:
@@ -150,7 +154,8 @@ def daemon_command() -> list[str]:
     return [sys.executable, "-m", "opencode_autoretry.cli", "run"]
 
 
-def _heartbeat_pid(settings: Settings) -> int | None:
+def heartbeat_pid(settings: Settings) -> int | None:
+    """The pid of the daemon's last heartbeat, unless it said it was stopping."""
     from opencode_autoretry.store.database import StoreError, StoreView
 
     try:
@@ -193,7 +198,8 @@ def _failed(what: str, stderr: Path, log: Path, log_before: int) -> LifecycleErr
     return LifecycleError(visible("\n".join([what, *said])))
 
 
-def start_detached(app: AppContext, settings: Settings) -> int:
+def start_detached(app: AppContext, settings: Settings,
+                   timeout: float = START_TIMEOUT_S) -> int:
     """Start ``autoretry run`` in its own session and wait for its first heartbeat."""
     from opencode_autoretry.daemon.commands import LOG_FILE
     from opencode_autoretry.daemon.intake.hardening import NotPrivateError, private_state
@@ -210,31 +216,35 @@ def start_detached(app: AppContext, settings: Settings) -> int:
             daemon_command(), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
             env={**os.environ, **app.environment()}, start_new_session=True,
         )
-    deadline = time.monotonic() + START_TIMEOUT_S
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         code = process.poll()
         if code is not None:
             raise _failed(f"the daemon exited at once (exit status {code})", stderr, log,
                           log_before)
-        if _heartbeat_pid(settings) == process.pid:
+        if heartbeat_pid(settings) == process.pid:
             return process.pid
         time.sleep(POLL_S)
     raise _failed(f"the daemon (pid {process.pid}) reported no heartbeat within "
-                  f"{START_TIMEOUT_S:g} s; it may still be starting: see 'autoretry logs'",
+                  f"{timeout:g} s; it may still be starting: see 'autoretry logs'",
                   stderr, log, log_before)
 
 
-def stop_detached(settings: Settings) -> None:
+def stop_detached(settings: Settings, heartbeat: bool = True, quiet: bool = False) -> None:
+    """SIGTERM to this state dir's daemon (``running_daemon``), then wait for it to end;
+    ``quiet``: nothing said when none runs."""
     from opencode_autoretry.daemon.pidfile import is_alive
 
-    running = running_daemon(settings)
+    running = running_daemon(settings, heartbeat)
     if running is None:
-        click.echo("no daemon running")
+        if not quiet:
+            click.echo("no daemon running")
         return
     try:
         os.kill(running.pid, signal.SIGTERM)
     except ProcessLookupError:
-        click.echo("no daemon running")
+        if not quiet:
+            click.echo("no daemon running")
         return
     deadline = time.monotonic() + STOP_TIMEOUT_S
     while is_alive(running.pid):
@@ -243,7 +253,7 @@ def stop_detached(settings: Settings) -> None:
                                  f"{STOP_TIMEOUT_S:g} s of SIGTERM; stop it with: kill "
                                  f"{running.pid}")
         time.sleep(POLL_S)
-    click.echo(f"stopped the daemon (pid {running.pid}, found by its {running.how})")
+    click.echo(f"stopped the daemon (pid {running.pid}), found by its {running.how}")
 
 
 def do_start(app: AppContext) -> None:
@@ -273,7 +283,7 @@ def do_stop(app: AppContext) -> None:
 @click.command("start")
 @click.pass_obj
 def start_command(app: AppContext) -> None:
-    """Start the daemon: through the systemd user service or launchd agent install.sh made,
+    """Start the daemon: through the systemd user service or launchd agent setup made,
     else `autoretry run` in the background (waits for its first heartbeat; exit 1 with the
     daemon's own error when it does not start). AUTORETRY_SERVICE=none skips the service."""
     do_start(app)

@@ -60,6 +60,7 @@ from opencode_autoretry.daemon.sessions import (
     track_event,
 )
 from opencode_autoretry.daemon.subagents.stalls import SubagentStalls
+from opencode_autoretry.daemon.telemetry.recorder import TelemetryRecorder
 from opencode_autoretry.daemon.todos.guard import TodoGuard
 from opencode_autoretry.decisions.budget import PendingEvent, should_cancel_pending
 from opencode_autoretry.models import Action, Decision, ErrorInfo, Kind, LiveFacts, Turn, Verdict
@@ -96,6 +97,7 @@ class Loop:
         pid: int | None = None,
         parts: PartHealth | None = None,
         notifier: Enqueuer | None = None,
+        telemetry: TelemetryRecorder | None = None,
     ) -> None:
         self.config = config  # validated once, before the loop is built (issue 18)
         self.settings = settings = config.settings
@@ -127,6 +129,10 @@ class Loop:
         self.judge = judge_for(config, store, self.db, rand=rand, scope=self.subagents.scope)
         self.notifications = Notifications(store, self.db, config.notify, notifier)
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
+        self.telemetry = telemetry  # issue 24: counters and decisions to an OTLP collector
+        if telemetry is not None:
+            self.actions.listeners.append(telemetry.on_decision)
+            self.actions.sent_listeners.append(telemetry.on_sent)
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_evict: datetime | None = None
         self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
@@ -421,6 +427,8 @@ class Loop:
             return None
         if judged.verdict.kind is Kind.HEALTHY and settled:
             self.notifications.on_healthy(view.session_id, judged.turn, now)  # issue 10
+            if self.telemetry is not None:
+                self.telemetry.on_healthy(view.session_id, judged.turn.id, now)
             return self.todos.on_healthy(view, judged.turn, live, now)  # issue 9: todos left
         if judged.decision is None:  # nothing to decide: said at debug, for a trace to show why
             log.debug("%s judged %s: %s (turn %s)", view.session_id, judged.verdict.kind,

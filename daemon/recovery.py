@@ -7,7 +7,7 @@ confirmed from OpenCode's DB, failed or cancelled, and rebuilds that state after
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -80,7 +80,7 @@ class Recovery:
                 view.owner = conn_id
         self.send_due(now)
 
-    def resend_lost(self, conn_id: str, ran: frozenset[int] | None, now: datetime) -> None:
+    def resend_lost(self, conn_id: str, ran: Mapping[int, str] | None, now: datetime) -> None:
         """A continuation marked sent, for a session this bridge's hello named, that its
         process did not run (``ran``: the hello's list; None from an older bridge, which
         cannot say) and OpenCode's DB does not show, never got there: its line died in a cut
@@ -91,7 +91,7 @@ class Recovery:
         if ran is None:
             return
         for injection in self._store.open_injections():
-            if injection.state != "sent" or injection.id in ran:
+            if injection.state != "sent" or ran.get(injection.id) == injection.session_id:
                 continue
             view = self._sessions.get(injection.session_id)
             if view is None or view.owner != conn_id or self._confirm_from_db(injection, now):

@@ -97,7 +97,7 @@ def bridge_path() -> Path:
 
 
 def index_options(command: Callable[..., None]) -> Callable[..., None]:
-    """``--rebuild-index`` / ``--no-index`` (the report index: README "The report index")."""
+    """``--rebuild-index`` / ``--no-index`` (the report index: docs/reports.md)."""
     command = click.option(
         "--no-index",
         is_flag=True,

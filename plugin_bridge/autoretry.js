@@ -38,7 +38,7 @@ import { coalesceWindow, DeltaCoalescer } from "./autoretry/coalesce.js"
 import { LineBuffer, QUEUE_LIMIT, SendQueue, WRITE_BATCH } from "./autoretry/framing.js"
 import { applyPenalties, applyTrims, normalisePenalties, TrimBook } from "./autoretry/history.js"
 import { chatMessageFields, isExecRun, markContinuation, pendingExecMarker, promptBody, trimEvent } from "./autoretry/messages.js"
-import { backoffDelay, checkSocket, processListens, socketPath } from "./autoretry/socket.js"
+import { backoffDelay, checkSocket, processListens, reconnectCap, socketPath } from "./autoretry/socket.js"
 import {
   BRIDGE_VERSION, COMMAND_TIMEOUT_MS, encodeMessage, FORWARDED_EVENTS, LATE_REPLY_MS, MAX_LINE_BYTES, parseLine,
   REQUEST_TIMEOUT_MS,
@@ -109,6 +109,7 @@ export class Bridge {
     this.connected = false // socket open: lines are queued
     this.ready = false // hello written first: lines are flushed
     this.attempt = 0
+    this.reconnectCap = reconnectCap()
     this.connections = 0
     this.reconnects = 0
     this.sent = 0
@@ -232,7 +233,7 @@ export class Bridge {
 
   scheduleReconnect() {
     if (this.closed || this.timer) return
-    const delay = backoffDelay(this.attempt)
+    const delay = backoffDelay(this.attempt, this.reconnectCap)
     this.attempt += 1
     this.timer = setTimeout(() => {
       this.timer = null

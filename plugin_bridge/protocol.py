@@ -199,15 +199,19 @@ def session_states(hello: Hello) -> tuple[tuple[SessionState, ...], int]:
 HELLO_PROMPTS = 256
 
 
-def ran_injections(hello: Hello) -> frozenset[int] | None:
-    """The injection ids of the continuations the hello's process ran; None when its bridge
-    does not say (older than the field, or a malformed one): then nothing may be sent again."""
+def ran_injections(hello: Hello) -> Mapping[int, str] | None:
+    """The continuations the hello's process ran: injection id -> its session. None when its
+    bridge does not say (older than the field, or a malformed one): then nothing may be sent
+    again. The session counts: a daemon with a store made anew numbers its injections from 1
+    again, and an id the process ran for another session is not this store's."""
     raw = hello.prompts
     if raw is None or len(raw) > HELLO_PROMPTS:
         return None
     if not all(isinstance(k, str) and k.isdigit() and len(k) <= 18 for k in raw):
         return None
-    return frozenset(int(k) for k in raw)
+    if not all(isinstance(v, str) for v in raw.values()):
+        return None
+    return {int(k): v for k, v in raw.items()}
 
 
 @dataclass(frozen=True)

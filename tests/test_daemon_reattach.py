@@ -365,6 +365,19 @@ def test_a_continuation_is_not_sent_again_if_it_ran_or_its_bridge_cannot_say(tmp
     assert h.store.injections(sid)[0].state == "sent"  # confirmed by its row, or failed later
 
 
+def test_the_same_injection_id_run_for_another_session_is_another_stores(tmp_path):
+    """A process that outlived a store made anew (a wiped state directory) ran an injection of
+    the same number for another session: this store's continuation is still lost, and goes
+    out again (the bridge runs it: books.js claims per session)."""
+    h = Harness(tmp_path)
+    sid, first = sent_into_a_cut(h)
+    hello_with(h, {sid: IDLE}, {(first.marker or {})["injection"]: "ses_of_an_older_store"},
+               conn="b2")
+    h.advance(1)
+    [again] = prompts_to(h, "b2")
+    assert again.marker == first.marker
+
+
 def test_a_lost_continuation_waits_while_the_session_is_busy_and_is_not_sent_when_switched_off(
         tmp_path):
     h = Harness(tmp_path)

@@ -315,3 +315,16 @@ def test_diagnose_prints_doctors_summary_first(tmp_path: Path, monkeypatch) -> N
     assert first.startswith("autoretry doctor: ") and "problem" in first
     body = CliRunner().invoke(main, ["--db", str(tmp_path / "opencode.db"), "diagnose", "--json"])
     assert json.loads(body.output)["report"] == "diagnose"  # the JSON is unchanged
+
+
+def test_telemetry_is_checked_only_when_configured(world: World) -> None:
+    assert "telemetry" not in world.checks()
+    world.settings = replace(world.settings, telemetry={
+        "otlp_endpoint": "http://127.0.0.1:4318/token/s3cret"})
+    checks = world.checks()
+    assert checks["telemetry"][0] is Status.OK
+    assert "exporting to http://127.0.0.1:4318/… every 60 s" in checks["telemetry"][1]
+    checks = world.checks(module_found=lambda name: name != "opentelemetry.sdk")
+    assert checks["telemetry"][0] is Status.WARN
+    assert "opentelemetry.sdk is not installed: nothing is exported" in checks["telemetry"][1]
+    assert "s3cret" not in repr(checks)

@@ -181,12 +181,13 @@ def test_an_upward_import_inside_a_function_is_found() -> None:
 
 
 def test_the_readme_layout_names_every_room() -> None:
-    """README's Development tree has a line for each package folder (a new room is drawn)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    tree = readme.split("## Development", 1)[1].split("```", 2)[1]
+    """The layout tree of docs/development.md (it was README's) has a line for each package
+    folder (a new room is drawn)."""
+    text = (ROOT / "docs" / "development.md").read_text(encoding="utf-8")
+    tree = text.split("## Layout", 1)[1].split("```", 2)[1]
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
     for package in setuptools["packages"]:
         leaf = package.rpartition(".")[2]
         if package == "opencode_autoretry":
             continue
-        assert f"{leaf}/" in tree, f"README's layout tree does not show {package}"
+        assert f"{leaf}/" in tree, f"docs/development.md's layout tree does not show {package}"

@@ -346,3 +346,16 @@ def test_a_notification_of_an_observed_decision_says_it_would(tmp_path):
     plain = from_decision(NotifyEvent.GAVE_UP, replace(decision, observed=False), 1, None,
                           datetime(2026, 1, 1, tzinfo=UTC))
     assert plain.headline == "autoretry gave up" and plain.as_json()["observed"] is False
+
+
+def test_telemetry_marks_an_observed_decision_and_counts_no_give_up_for_it():
+    from opencode_autoretry.daemon.telemetry.recorder import decision_attributes, decision_counts
+
+    decision = Decision(Action.NOTIFY, Cause.BUDGET_SPENT, "ses_a", "msg_u", Kind.BLANK)
+    assert [name for name, _ in decision_counts(decision)] == [
+        "autoretry.decisions", "autoretry.faults", "autoretry.gave_up"]
+    observed = replace(decision, observed=True)
+    assert [name for name, _ in decision_counts(observed)] == [
+        "autoretry.decisions", "autoretry.faults"]
+    assert decision_attributes(observed, 7)["autoretry.observed"] == 1
+    assert "autoretry.observed" not in decision_attributes(decision, 7)

@@ -109,7 +109,7 @@ def test_each_stop_kind_is_mostly_named_right(label):
 
 @pytest.mark.parametrize("path", [HOLDOUT, HOLDOUT2], ids=["holdout", "holdout2"])
 def test_holdout_sets_never_continue_a_stop(path):
-    """Sets written after each round of tuning (their first-shot figures: README.md)."""
+    """Sets written after each round of tuning (their first-shot figures: docs/todos.md)."""
     entries = load_corpus(path)
     result = figures(entries)
     print(f"holdout ({len(entries)}): " + ", ".join(f"{k} {v:.3f}" for k, v in result.items()))
@@ -122,7 +122,7 @@ def test_holdout_sets_never_continue_a_stop(path):
 )
 def test_fresh_sets_never_continue_a_stop(name, size, least_kept):
     """Each set was written by someone who never saw the detector and scored once at first
-    sight (A: 22 of 213 stops continued, B: 3 of 209; README.md); each was then tuned on, so
+    sight (A: 22 of 213 stops continued, B: 3 of 209; docs/todos.md); each was then tuned on, so
     they are regression sets now."""
     entries = load_corpus(SET_A.with_name(f"{name}.txt"))
     assert len(entries) == size
@@ -136,7 +136,7 @@ def test_fresh_sets_never_continue_a_stop(name, size, least_kept):
 
 
 def test_fresh_set_c_the_first_sight_measure_holds():
-    """Set C is the measure (README.md): never tuned on. Its first-sight figure is pinned: no
+    """Set C is the measure (docs/todos.md): never tuned on. Its first-sight figure is pinned: no
     reply that asks or is blocked continued, at most the 9 ``done`` replies of that day."""
     entries = load_corpus(SET_A.with_name("set_c.txt"))
     assert len(entries) == 338

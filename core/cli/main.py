@@ -47,8 +47,8 @@ def main(
 
 
 #: Sub-commands that write OpenCode's files (the bridge plugin and its command file), which
-#: keep the user's own umask.
-WRITES_FOR_OPENCODE = frozenset({"bridge"})
+#: keep the user's own umask (setup's state dirs are made private by ``private_state``).
+WRITES_FOR_OPENCODE = frozenset({"bridge", "setup"})
 
 
 def _attach_commands() -> None:
@@ -57,11 +57,13 @@ def _attach_commands() -> None:
     from opencode_autoretry.daemon.headless.command import COMMANDS as EXEC
     from opencode_autoretry.daemon.lifecycle import COMMANDS as LIFECYCLE
     from opencode_autoretry.daemon.notifications.commands import COMMANDS as NOTIFY
+    from opencode_autoretry.daemon.setup import COMMANDS as SETUP
     from opencode_autoretry.diagnostics.commands import COMMANDS as REPORTS
     from opencode_autoretry.diagnostics.doctor.command import COMMANDS as DOCTOR
     from opencode_autoretry.plugin_bridge.commands import COMMANDS as BRIDGE
 
-    for command in [*REPORTS, *DAEMON, *LIFECYCLE, *CONFIG, *EXEC, *BRIDGE, *DOCTOR, *NOTIFY]:
+    for command in [*REPORTS, *DAEMON, *LIFECYCLE, *CONFIG, *EXEC, *BRIDGE, *DOCTOR, *NOTIFY,
+                    *SETUP]:
         main.add_command(command)
 
 

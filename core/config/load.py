@@ -7,7 +7,8 @@ all call it, so a key one of them refuses is refused by all of them, with the sa
     ~/.config/opencode-autoretry/config.toml: notify.timeout must be between 0.1 and 60 s, got 99
 
 Each table keeps its validator next to the code that uses it (``load_policy``, ``load_notify``,
-``load_todo_config``, ``load_fallback``, ``load_penalties``); this module is the only caller.
+``load_todo_config``, ``load_fallback``, ``load_penalties``, ``load_telemetry``); this module is
+the only caller.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from opencode_autoretry.decisions.fallback import FallbackChains, check_models, 
 from opencode_autoretry.decisions.policy import Policy, load_policy
 from opencode_autoretry.notifications.config import NotifyConfig, load_notify
 from opencode_autoretry.repetition.penalties import load_penalties
+from opencode_autoretry.telemetry.config import TelemetryConfig, load_telemetry
 from opencode_autoretry.todos.continuation import TodoConfig, load_todo_config, with_todo_budget
 
 #: The exit status of every command for a bad configuration (a usage error, as click's).
@@ -48,6 +50,7 @@ class Config:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     fallback: FallbackChains = field(default_factory=FallbackChains)
     penalties: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
 
 
 def parse_config(settings: Settings) -> Config:
@@ -60,6 +63,7 @@ def parse_config(settings: Settings) -> Config:
         notify=load_notify(settings.notify),
         fallback=load_fallback(settings.fallback),
         penalties=load_penalties(settings.repetition),
+        telemetry=load_telemetry(settings.telemetry),
     )
 
 

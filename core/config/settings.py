@@ -25,8 +25,9 @@ TODOS_TABLE = "todos"
 #: ``[stall]``: what the stall detector may do beyond root stalls (issue 9); key -> field.
 STALL_TABLE = "stall"
 STALL_KEYS = {"subagents": "stall_subagents"}
-#: Raw tables validated where they are used (issue 10): ``[notify]``, ``[fallback]``.
-UNATTENDED_TABLES = ("notify", "fallback")
+#: Raw tables validated where they are used: ``[notify]``, ``[fallback]`` (issue 10) and
+#: ``[telemetry]`` (issue 24).
+UNATTENDED_TABLES = ("notify", "fallback", "telemetry")
 
 
 #: ``mode``: ``act`` carries decisions out; ``observe`` judges and records what it would have
@@ -82,6 +83,7 @@ class Settings:
     todos: Mapping[str, Any] = field(default_factory=dict)  # raw [todos] table
     notify: Mapping[str, Any] = field(default_factory=dict)  # raw [notify] table
     fallback: Mapping[str, Any] = field(default_factory=dict)  # raw [fallback] table
+    telemetry: Mapping[str, Any] = field(default_factory=dict)  # raw [telemetry] table
 
     @property
     def observing(self) -> bool:

@@ -12,7 +12,7 @@ import re
 
 #: Oldest and newest OpenCode release the e2e suite passed on (inclusive). 1.17.11 is the
 #: oldest (tests/e2e/versions.py ``OLDEST_SUPPORTED``, run on every push by
-#: test_older_opencode_e2e.py); 1.15.x is outside: README "OpenCode versions" says why.
+#: test_older_opencode_e2e.py); 1.15.x is outside: docs/versions.md says why.
 TESTED_OPENCODE: tuple[str, str] = ("1.17.11", "1.18.33")
 
 _VERSION = re.compile(r"(\d+)\.(\d+)\.(\d+)")

@@ -95,7 +95,7 @@ Signature = tuple[tuple[str, str], ...]
 class TodoConfig:
     """``[todos]`` in config.toml, validated by ``load_todo_config``."""
 
-    enabled: bool = False  # off by default: README "Unfinished todos", "How well it holds"
+    enabled: bool = False  # off by default: docs/todos.md, "How well it holds"
     max_continuations: int = 3
     stagnation: int = 2  # continuations in a row without a status change before giving up
     countdown: float = 5.0  # seconds between the toast and the send

@@ -20,15 +20,18 @@ from opencode_autoretry.config import paths
 from opencode_autoretry.config.load import parse_config
 from opencode_autoretry.config.settings import ConfigError, Settings, config_line
 from opencode_autoretry.diagnostics.doctor.machine import Machine
+from opencode_autoretry.notifications.config import redact_url
 from opencode_autoretry.opencode import versions
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.opencode.dbtypes import DbError
 from opencode_autoretry.plugin_bridge import install as installer
 from opencode_autoretry.store.database import STALE_HEARTBEAT, Heartbeat
+from opencode_autoretry.telemetry.config import load_telemetry
 
 SERVICE = "opencode-autoretry.service"
 LAUNCHD_LABEL = "com.github.opencode-autoretry"
-START_DAEMON = "start the daemon: ./install.sh (service) or autoretry run"
+START_DAEMON = ("start the daemon: autoretry start (autoretry setup makes it a service), or "
+                "autoretry run in a terminal")
 BAD_LINE_COUNTERS = ("garbage", "oversize", "unknown", "partial", "rejected")
 
 
@@ -279,8 +282,8 @@ def check_service(subject: Subject, machine: Machine) -> Check:
         return _launchd(machine, plist)
     if live_info(subject, machine):
         return ok("service", "none: the daemon runs detached (not restarted after a reboot)")
-    return warn("service", "no systemd user unit or launchd agent", "./install.sh sets one up "
-                "(or add `autoretry run` to your session start-up)")
+    return warn("service", "no systemd user unit or launchd agent", "autoretry setup (or "
+                "./install.sh) sets one up (or add `autoretry run` to your session start-up)")
 
 
 def _mode_problem(path: Path, allowed: int, uid: int, kind: str) -> str | None:
@@ -319,6 +322,30 @@ def check_socket(subject: Subject, machine: Machine) -> Check:
     if not installer.socket_alive(sock):
         return fail("socket", f"nothing listens on {sock}", START_DAEMON)
     return ok("socket", f"{sock} (dir 0700, socket 0600)")
+
+
+#: What ``[telemetry]`` needs (the ``telemetry`` extra): checked only when it is configured.
+TELEMETRY_MODULES = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+TELEMETRY_INSTALL = ("pip install 'opentelemetry-sdk>=1.25' "
+                     "'opentelemetry-exporter-otlp-proto-http>=1.25' into autoretry's environment "
+                     "(pipx: pipx install --force '.[telemetry]'), then autoretry restart")
+
+
+def check_telemetry(subject: Subject, machine: Machine) -> list[Check]:
+    """``[telemetry] otlp_endpoint`` set: its packages are installed (the daemon runs on
+    without the export when they are not). No check at all when it is off."""
+    try:
+        config = load_telemetry(subject.settings.telemetry)
+    except ConfigError:
+        return []  # check_config says why
+    if not config.enabled:
+        return []
+    where = redact_url(config.signal_url("metrics"))
+    missing = [name for name in TELEMETRY_MODULES if not machine.module_found(name)]
+    if missing:
+        return [warn("telemetry", f"{where} configured, but {', '.join(missing)} is not "
+                     "installed: nothing is exported", TELEMETRY_INSTALL)]
+    return [ok("telemetry", f"exporting to {where} every {config.export_interval:g} s")]
 
 
 def check_state_files(subject: Subject, machine: Machine) -> Check:

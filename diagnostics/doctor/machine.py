@@ -6,6 +6,7 @@ Everything here is read-only: a PATH lookup, ``opencode --version``, the process
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -73,6 +74,14 @@ def _now() -> datetime:
     return datetime.now(tz=UTC)
 
 
+def module_found(name: str) -> bool:
+    """``name`` can be imported (found without running it; its parent packages are loaded)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class Machine:
     """The seams: tests replace any of them."""
@@ -86,3 +95,4 @@ class Machine:
     platform: str = sys.platform
     version: str = field(default_factory=package_version)
     run_binary: bool = True  # False in diagnose's summary: no ``opencode --version`` call
+    module_found: Callable[[str], bool] = module_found  # the optional [telemetry] packages

@@ -36,6 +36,7 @@ from opencode_autoretry.diagnostics.doctor.checks import (
     check_service,
     check_socket,
     check_state_files,
+    check_telemetry,
 )
 from opencode_autoretry.diagnostics.doctor.machine import Machine
 from opencode_autoretry.store.database import Heartbeat, StoreError, StoreView
@@ -95,6 +96,7 @@ def run_checks(subject: Subject, machine: Machine) -> list[Check]:
         check_service(subject, machine),
         check_socket(subject, machine),
         check_state_files(subject, machine),
+        *check_telemetry(subject, machine),
     ]
 
 

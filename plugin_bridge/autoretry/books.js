@@ -95,12 +95,17 @@ export class PromptBook {
     this.ids = new Map() // injection id -> session id, oldest first
   }
 
-  // True when the prompt may run: the first time its injection id is seen, or unmarked.
+  // True when the prompt may run: the first time its injection id is seen for its session, or
+  // unmarked. The id alone is not enough: a daemon whose store was made anew (a wiped state
+  // directory) counts its injections from 1 again, for other sessions, while this process still
+  // remembers the old ones; the newer claim replaces the older.
   claim(msg) {
     const id = msg?.marker?.injection
     if (typeof id !== "string" || !id) return true
-    if (this.ids.has(id)) return false
-    this.ids.set(id, String(msg.session_id))
+    const session = String(msg.session_id)
+    if (this.ids.get(id) === session) return false
+    this.ids.delete(id) // set again below: the newest, last to be dropped
+    this.ids.set(id, session)
     while (this.ids.size > this.limit) this.ids.delete(this.ids.keys().next().value)
     return true
   }

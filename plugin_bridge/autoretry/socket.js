@@ -27,9 +27,19 @@ export function processListens(argv = process.argv) {
   return argv.some((a) => a === "serve" || a === "web" || a.startsWith("--port") || a.startsWith("--hostname"))
 }
 
-/** @param {number} attempt @returns {number} ms before the next connection attempt */
-export function backoffDelay(attempt) {
-  return Math.min(30000, 500 * 2 ** Math.max(0, attempt))
+/** The longest wait between two connection attempts: 30 s, unless
+ * AUTORETRY_BRIDGE_RECONNECT_MAX_MS (100 ms or more) asks for less. The e2e suite keeps one
+ * OpenCode per worker across tests, each with a daemon of its own: a bridge that had backed off
+ * to 30 s would keep the next test's daemon waiting for it.
+ * @param {NodeJS.ProcessEnv} [env] @returns {number} */
+export function reconnectCap(env = process.env) {
+  const raw = Number(env.AUTORETRY_BRIDGE_RECONNECT_MAX_MS)
+  return Number.isFinite(raw) && raw >= 100 ? Math.min(raw, 30000) : 30000
+}
+
+/** @param {number} attempt @param {number} [cap] @returns {number} ms before the next connection attempt */
+export function backoffDelay(attempt, cap = 30000) {
+  return Math.min(cap, 500 * 2 ** Math.max(0, attempt))
 }
 
 // Whoever listens on the socket receives every event and excerpt, and every `prompt` it sends

@@ -21,7 +21,14 @@ from pathlib import Path
 import pytest
 from daemon_process import FAST_CONFIG, DaemonProcess
 from fake_provider import FakeProvider
-from opencode import OpenCodeHome, OpenCodeServer, binary_version, ensure_opencode, warm_home
+from opencode import (
+    OpenCodeHome,
+    OpenCodeServer,
+    SharedServer,
+    binary_version,
+    ensure_opencode,
+    warm_home,
+)
 from standin import DaemonStandIn
 from versions import FACTS, skip_reason
 
@@ -74,6 +81,10 @@ def pytest_runtest_makereport(
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "shared_opencode: the test's start_opencode() is its worker's warm OpenCode")
+    config.addinivalue_line(
+        "markers", "own_opencode: the test starts OpenCode itself, in a shared_opencode module")
     config.addinivalue_line(
         "markers", f"opencode(*facts): needs these facts of OpenCode's own behaviour: {FACTS}"
     )
@@ -128,12 +139,62 @@ def opencode_version(opencode_bin: Path) -> str:
     return binary_version(opencode_bin)
 
 
-@pytest.fixture
-def socket_path() -> Iterator[Path]:
+def _private_socket_dir() -> Path:
     # Unix socket paths are limited to ~107 bytes: pytest's tmp_path can be too long.
-    directory = Path(tempfile.mkdtemp(prefix="ar-e2e-", dir="/tmp"))
+    return Path(tempfile.mkdtemp(prefix="ar-e2e-", dir="/tmp"))
+
+
+def shares_opencode(request: pytest.FixtureRequest) -> bool:
+    """``@pytest.mark.shared_opencode`` (module or test), unless ``own_opencode`` says no."""
+    node = request.node
+    return (node.get_closest_marker("shared_opencode") is not None
+            and node.get_closest_marker("own_opencode") is None)
+
+
+@pytest.fixture(scope="session")
+def worker_socket() -> Iterator[Path]:
+    """The socket path of this worker's shared OpenCode: every sharing test's daemon (or
+    stand-in) listens here, one test at a time."""
+    directory = _private_socket_dir()
     yield directory / "daemon.sock"
     shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shared_server(
+    opencode_bin: Path, opencode_home: OpenCodeHome, worker_socket: Path,
+    fake_provider: FakeProvider,
+) -> Iterator[SharedServer]:
+    """One warm ``opencode serve`` per worker for the tests marked ``shared_opencode``
+    (issue 20: a start and a warm-up turn cost about 3.5 s of wall and 2.5 s of CPU each).
+    Its bridge retries the socket every 250 ms, so each test's new daemon is found at once."""
+    server = OpenCodeServer.start(opencode_bin, opencode_home, {
+        "AUTORETRY_SOCKET": str(worker_socket), "AUTORETRY_BRIDGE_RECONNECT_MAX_MS": "250"})
+    record("opencode_start", server.started_in)
+    server.warm_up()
+    fake_provider.reset()
+    shared = SharedServer(server)
+    shared.forget_all()
+    yield shared
+    server.stop()
+
+
+@pytest.fixture
+def socket_path(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A private socket path for this test; for a test sharing its worker's OpenCode, that
+    OpenCode's, and at its end every session the test made is aborted and deleted (its
+    bridge forgets it: the next test's daemon must not find it owned)."""
+    if not shares_opencode(request):
+        directory = _private_socket_dir()
+        yield directory / "daemon.sock"
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    shared: SharedServer = request.getfixturevalue("shared_server")
+    socket = request.getfixturevalue("worker_socket")
+    shared.begin_test()
+    yield socket
+    shared.end_test()
+    socket.unlink(missing_ok=True)  # a SIGKILLed daemon's
 
 
 @pytest.fixture
@@ -145,14 +206,22 @@ def standin(socket_path: Path) -> Iterator[DaemonStandIn]:
 
 @pytest.fixture
 def start_opencode(
-    opencode_bin: Path, opencode_home: OpenCodeHome, socket_path: Path,
-    fake_provider: FakeProvider,
+    request: pytest.FixtureRequest, opencode_bin: Path, opencode_home: OpenCodeHome,
+    socket_path: Path, fake_provider: FakeProvider,
 ) -> Iterator[Callable[..., OpenCodeServer]]:
     """Starts ``opencode serve``; ``warm=True`` has it run one plain turn first (and forgets
-    that turn's requests), for scenarios whose bounds must not time a cold start."""
+    that turn's requests), for scenarios whose bounds must not time a cold start. In a test
+    marked ``shared_opencode`` it returns the worker's warm OpenCode instead (``shared_server``)."""
     servers: list[OpenCodeServer] = []
+    shared = shares_opencode(request)
 
     def start(socket: Path | None = None, warm: bool = False, **env: str) -> OpenCodeServer:
+        if shared:
+            assert socket is None and not env, (
+                "a test that starts OpenCode with its own socket or environment must be "
+                "marked @pytest.mark.own_opencode")
+            server: OpenCodeServer = request.getfixturevalue("shared_server").server
+            return server  # already warm
         server = OpenCodeServer.start(
             opencode_bin, opencode_home, {"AUTORETRY_SOCKET": str(socket or socket_path), **env}
         )

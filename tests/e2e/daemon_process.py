@@ -56,6 +56,7 @@ class DaemonProcess:
         self.config.write_text(config)
         self.process: subprocess.Popen[str] | None = None
         self.refused_sigterm = False  # set when stop() had to SIGKILL
+        self.started_line = 0  # where the log of the latest start() begins
         self._lines: list[str] = []
         self._cond = threading.Condition()
 
@@ -85,7 +86,7 @@ class DaemonProcess:
             stderr=subprocess.PIPE,
             text=True,
         )
-        started = len(self._lines)
+        started = self.started_line = len(self._lines)
         threading.Thread(target=self._follow, args=(self.process,), daemon=True).start()
         self.wait_log("autoretry daemon", timeout, after=started)
         return self

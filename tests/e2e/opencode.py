@@ -300,13 +300,13 @@ def _described(event: dict[str, Any]) -> str:
     return kind
 
 
-def _read_sse(response: Any, log: EventLog) -> None:
+def _read_sse(response: Any, add: Callable[[dict[str, Any]], None]) -> None:
     try:
         for raw in response:
             line = raw.decode("utf-8", "replace").strip()
             if line.startswith("data:"):
                 try:
-                    log.add(json.loads(line[5:]))
+                    add(json.loads(line[5:]))
                 except json.JSONDecodeError:
                     continue
     except (OSError, ValueError):
@@ -331,6 +331,7 @@ class OpenCodeServer:
         self.stdout: list[str] = []
         self.stderr_path: Path | None = None
         self.events = EventLog()
+        self.shared = False  # a worker's OpenCode lent to one test at a time (SharedServer)
 
     @classmethod
     def start(
@@ -360,7 +361,9 @@ class OpenCodeServer:
 
     def _follow_events(self) -> None:
         response = urllib.request.urlopen(f"{self.url}/event", timeout=3600)
-        threading.Thread(target=_read_sse, args=(response, self.events), daemon=True).start()
+        # Through ``self``: a shared server gets a fresh ``events`` for each test.
+        threading.Thread(target=_read_sse, args=(response, lambda e: self.events.add(e)),
+                         daemon=True).start()
         self.events.wait_for(lambda e: e.get("type") == "server.connected", 30, "server.connected")
 
     def output(self) -> str:
@@ -488,3 +491,49 @@ def _await_url(process: subprocess.Popen[bytes], timeout: float, lines: list[str
             f"opencode serve printed no URL within {timeout}s (exit {process.poll()})"
         )
     return found[0]
+
+
+#: How long a shared server's sessions of one test may take to stop after their abort.
+SETTLE_TIMEOUT = 30.0
+
+
+class SharedServer:
+    """A worker's warm OpenCode, lent to one test at a time (``tests/e2e/conftest.py``).
+
+    Between two tests: the sessions the test made are aborted, waited for and deleted (their
+    ``session.deleted`` makes the bridge forget them, so the next test's daemon never finds
+    them owned), and the next test gets an empty event log."""
+
+    def __init__(self, server: OpenCodeServer) -> None:
+        self.server = server
+        server.shared = True
+        self._before: set[str] = set()
+
+    def _session_ids(self) -> set[str]:
+        return {str(s["id"]) for s in self.server.ok("GET", "/session")}
+
+    def begin_test(self) -> None:
+        assert self.server.process.poll() is None, (
+            f"the shared OpenCode exited ({self.server.process.returncode}): "
+            f"{self.server.output()[-2000:]}")
+        self._before = self._session_ids()
+        self.server.events = EventLog()
+
+    def end_test(self) -> None:
+        if self.server.process.poll() is not None:
+            return  # begin_test of the next test says so
+        self._forget(self._session_ids() - self._before)
+
+    def forget_all(self) -> None:
+        """Also the warm-up turn's session: a hello names every session its bridge knows."""
+        self._forget(self._session_ids())
+
+    def _forget(self, made: set[str]) -> None:
+        for session in made:
+            self.server.request("POST", f"/session/{session}/abort")
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while made & set(self.server.ok("GET", "/session/status")):
+            assert time.monotonic() < deadline, f"sessions still busy after their abort: {made}"
+            time.sleep(0.1)  # OpenCode's status has no event to wait on for a set of sessions
+        for session in made:
+            self.server.request("DELETE", f"/session/{session}")

@@ -11,7 +11,7 @@ import pytest
 from daemon_process import wait_until
 from test_daemon_e2e import TURN, connect, decisions, injections
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 
 def test_a_user_abort_during_opencodes_retry_back_off_is_not_continued(

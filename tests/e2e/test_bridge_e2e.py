@@ -30,7 +30,7 @@ from opencode_autoretry.plugin_bridge.protocol import (
     Toast,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN_TIMEOUT = 30.0
 BACKOFF_CAP = 30.0  # the bridge's longest wait between two connection attempts
@@ -68,6 +68,7 @@ def _toast(server, needle: str) -> dict[str, Any]:
     )
 
 
+@pytest.mark.own_opencode  # starts OpenCode itself
 def test_bridge_says_hello_and_streams_a_real_turn(
     provider, standin, start_opencode, opencode_version
 ):
@@ -259,6 +260,7 @@ def _joined(deltas: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
     return texts
 
 
+@pytest.mark.own_opencode  # starts OpenCode itself
 def test_every_delta_of_a_long_answer_reaches_the_daemon(provider, standin, start_opencode):
     server = start_opencode(AUTORETRY_BRIDGE_STATS_MS="200")
     session = server.create_session()["id"]
@@ -298,6 +300,7 @@ def _refusal_logged(server, needle: str) -> bool:
     return any(needle in p.read_text(errors="replace") for p in logs) or needle in server.output()
 
 
+@pytest.mark.own_opencode  # starts OpenCode itself
 def test_bridge_never_connects_to_a_socket_others_could_have_made(provider, start_opencode):
     """Security: a listener in a directory other users can enter (here 0755; /tmp would do) is
     another user's as far as the bridge knows: it gets no connection, so no hello, no event and

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from daemon_process import DaemonProcess, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 30.0
 
@@ -58,7 +58,7 @@ def test_doctor_on_a_live_daemon_and_opencode(daemon, start_opencode, opencode_b
     mark = len(d.lines())
     server = start_opencode()
     server.ok("GET", "/path")  # boots the instance, which loads the bridge
-    d.wait_log("connected: pid", TURN, after=mark)
+    d.wait_log("connected: pid", TURN, after=d.started_line if server.shared else mark)
     wait_until(lambda: bridge_in_heartbeat(d, server.process.pid), TURN,
                "the heartbeat lists the bridge")
 

@@ -16,7 +16,7 @@ from fake_unattended import install as install_unattended
 from notify_sink import WebhookSink
 from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok, injected, toast
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 OBSERVED: dict[str, str] = {}
 CHAIN = '[fallback]\n"fake/fake-model" = ["fake/fake-b"]\n'

@@ -23,7 +23,7 @@ from test_daemon_e2e import (
     injections,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 
 def owners(d: DaemonProcess) -> dict[str, int]:

@@ -22,7 +22,7 @@ from test_daemon_e2e import TURN, confirmed, connect, decisions, finished_ok
 
 from opencode_autoretry.notifications.records import notifications
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 #: The command channel: one line per event, the payload and the arrival time.
 COMMAND = (

@@ -103,7 +103,7 @@ def test_a_lasting_rate_limit_is_left_to_opencodes_own_retries(
     # 1.17 retries a 429 without end (1.18: 6 requests, then the turn fails and autoretry
     # continues it): while OpenCode retries, autoretry must decide nothing. (Not asserted here:
     # a user's abort in such a back-off leaves no finish and no error, which autoretry reads
-    # as an interruption and continues, on 1.18 too: see README "OpenCode versions".)
+    # as an interruption and continues, on 1.18 too: see docs/versions.md.)
     d = daemon()
     server = connect(start_opencode, d)
     session = server.create_session()["id"]

@@ -21,7 +21,7 @@ from fake_shapes import install
 from opencode import COLD_TURN, OpenCodeServer
 from provider_shapes import ANTHROPIC, SHAPES, Shape
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 30.0
 #: OpenCode's five back-offs without Retry-After (2, 4, 8, 16, 30 s: ~70 s measured) on a

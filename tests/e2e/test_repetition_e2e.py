@@ -26,7 +26,7 @@ from opencode_autoretry.decisions.policy import DEFAULT_MESSAGES
 from opencode_autoretry.plugin_bridge.protocol import Abort, Config, Event, Prompt
 from opencode_autoretry.repetition.guard import TRIM_NOTICE
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN_TIMEOUT = 30.0
 REMINDER = DEFAULT_MESSAGES["repetition_remind"]
@@ -165,6 +165,7 @@ def test_a_thinking_only_loop_is_caught_the_same_way(provider, loops, standin, s
     assert server.messages(session)[-1]["info"]["finish"] == "stop"
 
 
+@pytest.mark.own_opencode  # starts OpenCode itself
 def test_a_trim_resent_after_an_opencode_restart_still_applies(
     provider, loops, standin, start_opencode
 ):
@@ -224,7 +225,7 @@ def _connect(start_opencode, d: DaemonProcess):
     mark = len(d.lines())
     server = start_opencode()
     server.ok("GET", "/path")  # boots the instance, which loads the bridge
-    d.wait_log("connected: pid", TURN_TIMEOUT, after=mark)
+    d.wait_log("connected: pid", TURN_TIMEOUT, after=d.started_line if server.shared else mark)
     return server
 
 
@@ -281,6 +282,7 @@ def test_daemon_remind_replan_stop_with_every_loop_cut_short_and_trimmed(
     assert len(provider.requests()) == 3, "stopped for good: no fourth request"
 
 
+@pytest.mark.own_opencode  # starts OpenCode itself
 def test_daemon_reminder_gets_a_clean_answer_and_trims_survive_restarts(
     provider, loops, daemon, start_opencode
 ):

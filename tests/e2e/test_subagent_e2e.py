@@ -23,7 +23,7 @@ from fake_faults import install as install_faults
 from fake_subagents import install as install_subagent_faults
 from test_daemon_e2e import finished_ok, warmed_up
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 30.0
 STALL_CONFIG = "stall_timeout = 3.0\n" + FAST_CONFIG  # as the root stall scenario

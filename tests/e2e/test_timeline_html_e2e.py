@@ -18,7 +18,7 @@ import pytest
 from browser import check_page, find_chromium
 from daemon_process import DaemonProcess, wait_until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 30.0
 
@@ -58,7 +58,7 @@ def test_recovered_session_timeline_renders_in_chromium(
     mark = len(d.lines())
     server = start_opencode()
     server.ok("GET", "/path")  # boots the instance, which loads the bridge
-    d.wait_log("connected: pid", TURN, after=mark)
+    d.wait_log("connected: pid", TURN, after=d.started_line if server.shared else mark)
     provider.script(["http429:0.1"] * 6)
     session = server.create_session()["id"]
     server.prompt_async(session, "Say hello")

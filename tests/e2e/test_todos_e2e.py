@@ -21,7 +21,7 @@ from fake_todos import TODO_NAMES
 from fake_todos import install as install_todos
 from test_daemon_e2e import confirmed, connect, decisions, injected, injections, toast
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 30.0
 START = "say:I've split the work into two todos. I'll start with the first one."
@@ -245,6 +245,7 @@ def test_i_a_continuation_answered_by_restating_the_question_gets_nothing_more(
     assert len(requests) == 3 and skip.kind == "unfinished_todos"
 
 
+@pytest.mark.own_opencode  # starts OpenCode itself
 def test_j_a_pending_question_tool_call_is_never_continued(provider, daemon, start_opencode):
     d = daemon(config=todo_config())
     server = connect(start_opencode, d, OPENCODE_ENABLE_QUESTION_TOOL="1")

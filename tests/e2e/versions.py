@@ -20,8 +20,7 @@ OLDEST_SUPPORTED = "1.17.11"
 
 @dataclass(frozen=True)
 class Behaviour:
-    """One release series' own behaviour, measured on the real binary (README "OpenCode
-    versions")."""
+    """One release series' own behaviour, measured on the real binary (docs/versions.md)."""
 
     series: str
     #: Requests of one turn on a lasting retryable error (429, 5xx, a reset stream) until
@@ -31,7 +30,7 @@ class Behaviour:
     #: A 429 ``insufficient_quota`` ends the turn at once (1.17: retried like any 429).
     quota_is_final: bool
     #: A session created with permission rules asks before a tool, also late in the suite's
-    #: shared home (1.17.11: it did in a fresh home, not in the suite's run: see README).
+    #: shared home (1.17.11: it did in a fresh home, not in the suite's run: see docs/versions.md).
     session_permission_rules: bool
     #: A stream without ``finish_reason`` makes OpenCode start another step at once, forever
     #: (1.17: the step ends ``finish: "unknown"`` and the session goes idle).
@@ -80,7 +79,7 @@ def behaviour(version: str) -> Behaviour:
     if known is None:
         raise KeyError(
             f"OpenCode {version}: no entry in tests/e2e/versions.py BEHAVIOURS; "
-            f"measure it (README 'OpenCode versions') before running the suite on it"
+            f"measure it (docs/versions.md) before running the suite on it"
         )
     return known
 

@@ -9,6 +9,7 @@ import plugin, {
   chatMessageFields,
   processListens,
   promptBody,
+  reconnectCap,
   socketPath,
   trimEvent,
 } from "../../plugin_bridge/autoretry.js"
@@ -43,7 +44,17 @@ for (const [argv, expected] of listenCases) {
 }
 
 test("backoff grows from 0.5 s and caps at 30 s", () => {
-  assert.deepEqual([0, 1, 2, 3, 4, 5, 6, 7, 20].map(backoffDelay), [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000])
+  assert.deepEqual([0, 1, 2, 3, 4, 5, 6, 7, 20].map((n) => backoffDelay(n)), [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000])
+})
+
+test("AUTORETRY_BRIDGE_RECONNECT_MAX_MS lowers the cap; nonsense keeps 30 s", () => {
+  assert.equal(reconnectCap({}), 30000)
+  assert.equal(reconnectCap({ AUTORETRY_BRIDGE_RECONNECT_MAX_MS: "250" }), 250)
+  for (const raw of ["50", "abc", "", "-1", "Infinity"]) {
+    assert.equal(reconnectCap({ AUTORETRY_BRIDGE_RECONNECT_MAX_MS: raw }), 30000, raw)
+  }
+  assert.equal(reconnectCap({ AUTORETRY_BRIDGE_RECONNECT_MAX_MS: "99999" }), 30000)
+  assert.deepEqual([0, 1, 5].map((n) => backoffDelay(n, 250)), [250, 250, 250])
 })
 
 test("trimEvent cuts tool outputs and leaves everything else alone", () => {

@@ -21,6 +21,14 @@ test("an injection id is claimed once; unmarked prompts always run; the book is 
   assert.deepEqual(book.toWire(), { 8: "ses_b", 9: "ses_c" }, "the oldest is dropped past the limit")
 })
 
+test("the same injection id for another session is another store's continuation: it runs", () => {
+  const book = new PromptBook()
+  assert.equal(book.claim(prompt("r-1", "1", "ses_old")), true)
+  assert.equal(book.claim(prompt("r-1", "1", "ses_new")), true, "a new store counts from 1 again")
+  assert.equal(book.claim(prompt("r-2", "1", "ses_new")), false, "and its copy still never runs")
+  assert.deepEqual(book.toWire(), { 1: "ses_new" }, "the hello names the newer")
+})
+
 test("a hello with prompts is a valid v1 line; prompts must be an object", () => {
   const book = new PromptBook()
   book.claim(prompt("r-1", "12"))

@@ -1,0 +1,1 @@
+"""[telemetry]: the fleet view through OpenTelemetry (issue 24)."""
