@@ -137,8 +137,13 @@ install_package() {
     || die "building the opencode-autoretry wheel failed (pip's output is above)"
   wheel="$(find "$work/dist" -name 'opencode_autoretry-*.whl' | head -n 1)"
   [[ -n "$wheel" ]] || die "pip built no opencode_autoretry wheel in $work/dist"
-  "${pip[@]}" install --quiet "$wheel" \
-    || die "pip could not install opencode-autoretry or its dependencies into $VENV (see above)"
+  # The apprise extra: [notify] urls (Telegram, Discord, Pushover, e-mail ...). Optional: where
+  # it cannot be installed, the rest is, and a configured url says what to install.
+  if ! "${pip[@]}" install --quiet "${wheel}[apprise]"; then
+    warn "the optional apprise package could not be installed: [notify] urls will not work"
+    "${pip[@]}" install --quiet "$wheel" \
+      || die "pip could not install opencode-autoretry or its dependencies into $VENV (see above)"
+  fi
   # Same version number on every checkout: the package itself is always replaced.
   "${pip[@]}" install --quiet --force-reinstall --no-deps "$wheel" \
     || die "pip could not reinstall opencode-autoretry into $VENV (see above)"

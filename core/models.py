@@ -343,6 +343,10 @@ class Decision:
     toast: str | None = None  # shown instead of the standard "continuing in 5 s" toast
     model: str | None = None  # "provider/model" to continue on (model fallback, issue 10)
     facts: Facts = Facts()
+    #: Taken in observe mode (issue 23): recorded as what autoretry WOULD have done, never
+    #: carried out. Set by the performer (``Actions.perform``), never by the decision core,
+    #: which decides the same in both modes.
+    observed: bool = False
     # The turn's ledger as this decision leaves it, when it changed: the daemon writes it in
     # the one transaction that records the decision and its continuation, so a crash between
     # them cannot leave a budget spent (and its failure "already handled") with nothing sent.

@@ -8,13 +8,18 @@ crash between the two steps can be reconciled from OpenCode's DB without sending
 
 Where a request goes (the session's owner) and the toasts: ``outbox``; their words: ``toasts``;
 when an open injection is sent, confirmed or given up across time and restarts: ``recovery``.
+
+Observe mode (``mode = "observe"``, issue 23): ``perform`` records every decision as in act
+mode (the budget it spent included, so the recorded "would" sequence is the one act mode would
+have taken) with ``Decision.observed`` set, writes no intent and starts nothing; ``abort``,
+``abort_subagent`` and ``send_injection`` refuse, so no other path can act either.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol
 
@@ -23,6 +28,7 @@ from opencode_autoretry.daemon.scheduler import Timers
 from opencode_autoretry.daemon.sessions import Sessions
 from opencode_autoretry.daemon.toasts import recovery_toast
 from opencode_autoretry.decisions.budget import PendingRetry
+from opencode_autoretry.decisions.observed import observe_toast
 from opencode_autoretry.decisions.subagents import subagent_toast
 from opencode_autoretry.models import (
     Action,
@@ -94,9 +100,13 @@ class Actions:
         db: Callable[[], SessionReader | None],
         timers: Timers,
         sessions: Sessions,
+        *,
+        observe: bool = False,
     ) -> None:
         self.store = store
-        self.outbox = Outbox(bridge, sessions)
+        #: Observe mode: record what would be done, do nothing (issue 23).
+        self.observe = observe
+        self.outbox = Outbox(bridge, sessions, observe=observe)
         self._db = db
         self._timers = timers
         self._sessions = sessions
@@ -133,6 +143,8 @@ class Actions:
         the decision and its continuation's intent are written in one transaction, before
         anything leaves: after a crash there is all of it (the intent goes out after the
         restart) or none (the failure is judged anew)."""
+        if self.observe:
+            decision = replace(decision, observed=True)
         with self.store.atomic():
             if decision.ledger is not None:
                 self.store.save_ledger(decision.ledger, now)
@@ -140,7 +152,9 @@ class Actions:
             injection = self._record_intent(decision_id, decision, now)
         injection_id = injection.id if injection is not None else None
         log.info("decision %s %s: %s", decision_id, decision.session_id, decision.reason)
-        if decision.action is Action.NOTIFY:
+        if decision.observed:
+            self._observed(decision_id, decision)
+        elif decision.action is Action.NOTIFY:
             self.notify(decision.session_id, decision.text or decision.reason, "warning")
         elif decision.action is Action.ABORT:
             self.abort_subagent(decision, now)
@@ -153,10 +167,28 @@ class Actions:
                 log.exception("decision listener failed")
         return Performed(decision_id, injection)
 
+    def _observed(self, decision_id: int, decision: Decision) -> None:
+        """Observe mode: say what would have been done, in the log and a toast; do nothing.
+        A hung subagent's would-be abort is told in its parent's window, as the abort is."""
+        toast = observe_toast(decision)
+        if toast is None:
+            return
+        log.info("observe mode: decision %s %s %s", decision_id, decision.session_id, toast)
+        session = decision.session_id
+        if decision.action is Action.ABORT:
+            db = self._db()
+            child = db.session(session) if db is not None else None
+            parent = child.parent_id if child is not None else None
+            session = parent if parent is not None and self.owner_of(parent) else session
+        self.notify(session, toast, "info")
+
     def abort_subagent(self, decision: Decision, now: datetime) -> bool:
         """Stop a hung child session (issue 9) and tell the parent's window. Only an abort:
         a prompt to a child stays refused by ``gate`` here and by the bridge."""
         child = decision.session_id
+        if self.observe:
+            log.info("observe mode: not aborting subagent %s", child)
+            return False
         owner = self.owner_of(child)
         db = self._db()
         session = db.session(child) if db is not None else None
@@ -174,7 +206,7 @@ class Actions:
     def _record_intent(
         self, decision_id: int, decision: Decision, now: datetime
     ) -> InjectionRecord | None:
-        if not decision.sends:
+        if not decision.sends or decision.observed:
             return None
         text, due = decision.text or "Continue.", decision.due or now
         injection_id = self.store.record_intent(
@@ -204,6 +236,9 @@ class Actions:
         self._timers.arm(injection_id, due)
 
     def abort(self, session_id: str, now: datetime) -> bool:
+        if self.observe:
+            log.info("observe mode: not aborting %s", session_id)
+            return False
         owner, refusal = self.gate(session_id)
         if owner is None:
             log.info("not aborting %s: %s", session_id, refusal)
@@ -217,6 +252,10 @@ class Actions:
 
     def send_injection(self, injection: InjectionRecord, now: datetime) -> Outcome:
         """Send one due intent through its session's owner, or fail it with the reason."""
+        if self.observe:  # an intent of act mode, found after a restart in observe mode
+            self._close(injection, now, "cancelled: observe mode (nothing is sent)",
+                        failed=False)
+            return Outcome(False, "observe mode")
         owner, refusal = self.gate(injection.session_id)
         if owner is None:
             self._close(injection, now, f"not sent: {refusal}", failed=True)

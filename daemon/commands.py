@@ -55,6 +55,8 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
     root.setLevel(logging.DEBUG if settings.verbose else logging.INFO)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     logging.getLogger("watchdog").setLevel(logging.WARNING)
+    # Apprise's HTTP client logs each request line (a bot token is in Telegram's path).
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
 
 
 def serve(config: Config, reload_check: Callable[[], str | None] | None = None) -> bool:
@@ -117,6 +119,9 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
         log.info("autoretry daemon %s: socket %s, OpenCode DB %s (%s), store %s, log %s, "
                  "pid file %s", os.getpid(), settings.socket, settings.opencode_db,
                  "watched" if watching else "polled", settings.store, settings.log_dir, pid_file)
+        if settings.observing:
+            log.warning("OBSERVE MODE: every decision is recorded as what autoretry would "
+                        "do; nothing is sent, aborted or switched (mode = \"observe\")")
         loop.run(inbox)
     finally:
         keeper.stop()
@@ -150,8 +155,11 @@ def restart_in_place() -> NoReturn:
 @click.command("run")
 @click.option("-v", "--verbose", is_flag=True, help="Log every event and decision (debug).")
 @click.option("--foreground", is_flag=True, help="Also log to stderr.")
+@click.option("--observe", is_flag=True,
+              help="Observe mode: judge and record what would be done; send, abort and "
+                   "switch nothing (as mode = \"observe\").")
 @click.pass_obj
-def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
+def run_command(app: AppContext, verbose: bool, foreground: bool, observe: bool) -> None:
     """Run the daemon: watch OpenCode, classify failed turns, continue them within budget.
 
     It writes its pid to the state dir's daemon.pid, and on SIGHUP restarts in place with
@@ -162,6 +170,8 @@ def run_command(app: AppContext, verbose: bool, foreground: bool) -> None:
     from opencode_autoretry.store.database import StoreError
 
     more: dict[str, object] = {"verbose": True} if verbose else {}
+    if observe:
+        more["mode"] = "observe"
     try:  # before anything starts: a bad config starts nothing
         config = app.config(**more)
     except BadConfig as exc:
@@ -288,7 +298,7 @@ def read_status(settings: Settings, now: datetime, decisions: int = 10) -> dict[
     except StoreError as exc:
         raise StoreUnusable(str(exc)) from exc
     try:
-        return status_report(view, now, decisions)
+        return status_report(view, now, decisions, mode=settings.mode)
     finally:
         view.close()
 

@@ -9,11 +9,14 @@ writes with every heartbeat: ``autoretry status`` renders it, and a restarted da
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
+from opencode_autoretry.config.settings import OBSERVE
 from opencode_autoretry.daemon.parts import describe
 from opencode_autoretry.decisions.caps import caps_line
+from opencode_autoretry.decisions.observed import OBSERVE_NOTE
 from opencode_autoretry.notifications.records import status_json as notify_status
 from opencode_autoretry.notifications.records import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
@@ -65,6 +68,11 @@ USAGE = "usage: /autoretry [on|off|status] [here] | goal [<shell command>|off]"
 
 
 def answer(command: Command, loop: Loop, now: datetime) -> Reply:
+    """The reply to ``/autoretry ...``; in observe mode its title says so (issue 23)."""
+    return replace(_answer(command, loop, now), title=loop.actions.outbox.title)
+
+
+def _answer(command: Command, loop: Loop, now: datetime) -> Reply:
     head, _, rest = command.arguments.strip().partition(" ")
     if head.lower() == "goal":  # the command keeps its case and spacing
         return _goal(command, loop, now, rest.strip())
@@ -111,6 +119,8 @@ def _switch(command: Command, loop: Loop, now: datetime, on: bool, session_id: s
 def _status_line(loop: Loop, session_id: str | None) -> str:
     enabled = loop.store.is_enabled(session_id)
     parts = ["on" if enabled else "off", "daemon up", f"{len(loop.bridges)} bridge(s)"]
+    if loop.actions.observe:
+        parts.insert(1, OBSERVE_NOTE)
     if session_id:
         turn_id = loop.store.current_turn(session_id)
         ledger = loop.store.load_ledger(session_id, turn_id) if turn_id else None
@@ -158,6 +168,7 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
     return {
         "started": loop.started.isoformat(),
         "stopping": stopping,
+        "mode": OBSERVE if loop.actions.observe else "act",  # issue 23
         "bridges": bridges,
         "owners": {**{s: w.pid for s, w in waiting.items()},
                    **{v.session_id: pids[v.owner] for v in views if v.owner in pids}},
@@ -190,8 +201,10 @@ def _line_counters(loop: Loop) -> dict[str, int]:
 # -- `autoretry status` (CLI, read-only) ------------------------------------------------------
 
 
-def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[str, Any]:
-    """Everything ``autoretry status`` prints, as one JSON-able mapping."""
+def status_report(view: StoreView, now: datetime, decisions: int = 10,
+                  mode: str = "act") -> dict[str, Any]:
+    """Everything ``autoretry status`` prints, as one JSON-able mapping. ``mode``: the
+    configured one, shown while no daemon runs (a running daemon says its own)."""
     beat = view.heartbeat()
     info: Mapping[str, Any] = beat.info if beat is not None else {}
     age = (now - beat.at).total_seconds() if beat is not None else None
@@ -199,6 +212,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
         age <= STALE_HEARTBEAT.total_seconds())
     return {
         "enabled": view.is_enabled(),
+        "mode": str(info.get("mode", mode)) if running else mode,
         "switches": view.switches(),
         "daemon": {"running": running, "pid": beat.pid if beat else None,
                    "heartbeat_age_s": None if age is None else round(age, 1),
@@ -222,7 +236,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
         ],
         "decisions": [
             {"id": d.id, "at": d.at.isoformat(), "session_id": d.session_id, "kind": d.kind,
-             "action": d.action, "reason": d.reason}
+             "action": d.action, "reason": d.reason, "observed": d.observed, "would": d.would}
             for d in view.decisions()[-decisions:]
         ],
         "notifications": notify_status(view, now),  # issue 10
@@ -254,8 +268,10 @@ def local_time(iso: str | None, zone: tzinfo | None = None) -> str:
 def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     """The text of ``autoretry status``, times in local time (``--json`` keeps them UTC)."""
     daemon = report["daemon"]
+    observing = report.get("mode") == OBSERVE
     lines = [
-        f"autoretry is {'on' if report['enabled'] else 'OFF'}",
+        f"autoretry is {'on' if report['enabled'] else 'OFF'}"
+        + (f" — OBSERVE MODE ({OBSERVE_NOTE.partition(': ')[2]})" if observing else ""),
         "daemon: " + (f"running (pid {daemon['pid']}, heartbeat {daemon['heartbeat_age_s']} s ago,"
                       f" started {local_time(daemon['started'], zone)})"
                       if daemon["running"] else "not running"),
@@ -283,8 +299,8 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     lines += [f"  #{p['id']} {p['session_id']} {p['state']} due {local_time(p['due'], zone)}"
               for p in report["pending"]]
     lines.append("last decisions:")
-    lines += [f"  {local_time(d['at'], zone)} {d['session_id']} {d['kind'] or '-'}: {d['reason']}"
-              for d in report["decisions"]]
+    lines += [f"  {local_time(d['at'], zone)} {d['session_id']} {d['kind'] or '-'}: "
+              f"{d.get('would') or d['reason']}" for d in report["decisions"]]
     if "notifications" in report:
         lines += notify_status_lines(report["notifications"])
     goals = report.get("goals") or []

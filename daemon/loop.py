@@ -116,7 +116,8 @@ class Loop:
         self._rand = rand
         self.heartbeat = Heartbeat(store, pid if pid is not None else os.getpid(),
                                    lambda stopping: control.heartbeat_info(self, stopping))
-        self.actions = Actions(store, bridge, self.db, timers, self.sessions)
+        self.actions = Actions(store, bridge, self.db, timers, self.sessions,
+                               observe=settings.observing)  # issue 23: record, never act
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, timers)
         self._bridge = bridge
         # issue 6: loops in streams; issue 9: healthy ends with todos left. Both decide through

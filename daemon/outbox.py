@@ -13,6 +13,7 @@ import logging
 from typing import Any, Protocol
 
 from opencode_autoretry.daemon.sessions import Sessions
+from opencode_autoretry.decisions.observed import OBSERVE_TITLE
 from opencode_autoretry.plugin_bridge.protocol import Log, Toast
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,10 @@ class BridgeSender(Protocol):
 class Outbox:
     """Requests to the bridges, addressed by session owner."""
 
-    def __init__(self, bridge: BridgeSender, sessions: Sessions) -> None:
+    def __init__(self, bridge: BridgeSender, sessions: Sessions, *,
+                 observe: bool = False) -> None:
+        #: Every toast's title; in observe mode it says so (issue 23).
+        self.title = OBSERVE_TITLE if observe else "autoretry"
         self._bridge = bridge
         self._sessions = sessions
         self._request_ids = itertools.count(1)
@@ -57,8 +61,8 @@ class Outbox:
         if owner is None:
             log.info("no owner to notify for %s: %s", session_id, message)
             return False
-        toast = Toast(message=message, id=self.next_id("toast", None), variant=variant,
-                      duration=5000)
+        toast = Toast(message=message, id=self.next_id("toast", None), title=self.title,
+                      variant=variant, duration=5000)
         self._bridge.send(owner, toast)
         self.log_line(session_id, message)
         return True

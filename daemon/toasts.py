@@ -2,28 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 
-from opencode_autoretry.decisions.policy import INTERRUPTION_LABELS
+from opencode_autoretry.decisions.observed import kind_label
 from opencode_autoretry.models import Action, Decision, Kind
-
-_LABELS: Mapping[Kind, str] = {
-    **INTERRUPTION_LABELS,
-    Kind.BLANK: "blank reply",
-    Kind.THINK_ONLY: "reasoning-only reply",
-    Kind.FORGED_LENGTH: "empty 'length' reply",
-    Kind.TOOL_AS_TEXT: "tool call written as text",
-    Kind.TRUNCATED: "output cut off",
-    Kind.REPETITION: "repeating itself",
-    Kind.STALL: "stalled",
-    Kind.UNFINISHED_TODOS: "unfinished todos",
-    Kind.GOAL: "goal check failing",
-}
 
 
 def label(kind: Kind | None) -> str:
-    return _LABELS.get(kind, str(kind)) if kind is not None else "unknown"
+    return kind_label(kind)
 
 
 def recovery_toast(decision: Decision, now: datetime) -> str:

@@ -36,6 +36,11 @@ class DaemonRecords:
     notifications: tuple[NotificationRecord, ...] = ()  # deliveries outside OpenCode (issue 10)
     goals: tuple[GoalRecord, ...] = ()  # issue 22: goals and their check runs
     goal_checks: tuple[GoalCheckRecord, ...] = ()
+    #: Would-be actions of observe mode (issue 23): decisions to act recorded but never
+    #: carried out. Kept out of ``decisions`` so that no report takes them for something done
+    #: (a continuation, a stopped loop, a daemon abort); an observed skip stays a decision,
+    #: as it reads the same in both modes.
+    observed: tuple[DecisionRecord, ...] = ()
 
     def decisions_for(self, session_id: str) -> tuple[DecisionRecord, ...]:
         return tuple(d for d in self.decisions if d.session_id == session_id)
@@ -56,6 +61,7 @@ class DaemonRecords:
         return replace(
             self,
             decisions=tuple(d for d in self.decisions if d.at >= cut),
+            observed=tuple(d for d in self.observed if d.at >= cut),
             injections=tuple(i for i in self.injections if i.created >= cut),
             trims=tuple(t for t in self.trims if t.at >= cut),
         )
@@ -70,8 +76,10 @@ def load_records(
     """
     view = StoreView.open(store)
     try:
+        decisions = view.decisions(session_id, since)
         return DaemonRecords(
-            decisions=tuple(view.decisions(session_id, since)),
+            decisions=tuple(d for d in decisions if not is_would_be(d)),
+            observed=tuple(d for d in decisions if is_would_be(d)),
             injections=tuple(view.injections(session_id, since)),
             heartbeat=view.heartbeat(),
             trims=tuple(view.trims(session_id, since)),
@@ -83,6 +91,11 @@ def load_records(
         )
     finally:
         view.close()
+
+
+def is_would_be(decision: DecisionRecord) -> bool:
+    """A decision to act taken in observe mode: recorded, never carried out."""
+    return decision.observed and decision.action != "skip"
 
 
 #: How long after a step ended its abort can still be the daemon's (the abort's error lands

@@ -41,7 +41,9 @@ class SubagentAbort:
 
 
 def is_subagent_abort(decision: DecisionRecord) -> bool:
-    return decision.kind == str(Kind.SUBAGENT_STALL) and decision.action == ABORTED
+    """An abort the daemon carried out (an observed one was never sent, issue 23)."""
+    return (decision.kind == str(Kind.SUBAGENT_STALL) and decision.action == ABORTED
+            and not decision.observed)
 
 
 def with_child_aborts(

@@ -13,6 +13,7 @@ HEAVY = (
     "opencode_autoretry.daemon.loop",
     "opencode_autoretry.store.database",
     "opencode_autoretry.decisions.classifier",
+    "apprise",  # [notify] urls only (tests/test_notify_apprise.py: and only with a URL)
 )
 
 # A fresh interpreter: this test process has long imported everything.

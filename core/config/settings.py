@@ -31,6 +31,14 @@ STALL_KEYS = {"subagents": "stall_subagents"}
 UNATTENDED_TABLES = ("notify", "fallback", "telemetry", "goal", "caps")
 
 
+#: ``mode``: ``act`` carries decisions out; ``observe`` judges and records what it would have
+#: done and sends, aborts and switches nothing (issue 23, docs/observe-and-channels.md).
+MODES = ("act", "observe")
+OBSERVE = "observe"
+#: The flag that sets a setting when it is not ``--<name>`` (``autoretry run --observe``).
+FLAG_NAMES: Mapping[str, str] = {"mode": "--observe"}
+
+
 class ConfigError(ValueError):
     """Bad configuration: one line naming the key path, what was found and what is expected.
 
@@ -64,6 +72,7 @@ class Settings:
     socket: Path = field(default_factory=paths.socket_path)
     log_dir: Path = field(default_factory=paths.log_dir)
     enabled: bool = True
+    mode: str = "act"  # "act" or "observe" (MODES): observe records, never sends
     poll_interval: float = 60.0  # seconds between fallback DB polls
     tick_interval: float = 1.0  # seconds between stall/deadline checks
     stall_timeout: float = 180.0  # seconds busy without progress before a stall abort
@@ -78,6 +87,11 @@ class Settings:
     telemetry: Mapping[str, Any] = field(default_factory=dict)  # raw [telemetry] table
     goal: Mapping[str, Any] = field(default_factory=dict)  # raw [goal] table
     caps: Mapping[str, Any] = field(default_factory=dict)  # raw [caps] table
+
+    @property
+    def observing(self) -> bool:
+        """Observe mode: decisions are judged and recorded, nothing is carried out."""
+        return self.mode == OBSERVE
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}
@@ -99,6 +113,8 @@ def _field_types() -> dict[str, str]:
 
 def _coerce(name: str, raw: object, origin: str) -> object:
     kind = _field_types()[name]
+    if kind == "str":
+        return _choice(name, raw, origin)
     try:
         if name in _PATH_FIELDS:
             return _path(raw)
@@ -123,6 +139,18 @@ def _coerce(name: str, raw: object, origin: str) -> object:
             f"{origin}: {name} must be {sign}from {low:g} to {high:g}, got {_brief(raw)}"
         )
     return value
+
+
+#: The settings that take one word of a list.
+_CHOICES: Mapping[str, tuple[str, ...]] = {"mode": MODES}
+
+
+def _choice(name: str, raw: object, origin: str) -> str:
+    choices = _CHOICES[name]
+    if not isinstance(raw, str) or raw.strip().lower() not in choices:
+        raise SettingsError(f"{origin}: {name} must be one of {', '.join(choices)}, "
+                            f"got {_brief(raw)}")
+    return raw.strip().lower()
 
 
 def _path(raw: object) -> Path:
@@ -269,7 +297,7 @@ def resolve_with_sources(
     sources.update({name: Source("environment", f"AUTORETRY_{name.upper()}") for name in from_env})
     for key, raw in (flags or {}).items():
         if raw is not None:
-            flag = f"--{key.replace('_', '-')}"
+            flag = FLAG_NAMES.get(key) or f"--{key.replace('_', '-')}"
             values[key] = _coerce(key, raw, flag)
             sources[key] = Source("flag", flag)
     policy = {key: table[key] for key in POLICY_TABLES if key in table}

@@ -1,7 +1,8 @@
 """PURE: the ``[notify]`` table of config.toml, validated once into a ``NotifyConfig``.
 
-Three channels (a desktop notification, a command fed the event as JSON on stdin, an HTTP
-webhook) and the events that reach them. A typo stops start-up with the key path in the message
+Four channels (a desktop notification, a command fed the event as JSON on stdin, an HTTP
+webhook, and Apprise's URLs: Telegram, Discord, Pushover, e-mail …) and the events that reach
+them. A typo stops start-up with the key path in the message
 (``notify.events[1]: unknown event 'gaveup' …``), never a silent default. Webhook URLs carry
 secrets (Slack's path, ntfy's topic, a ``?token=`` query), so only ``redact_url`` / ``scrub``
 forms of them are ever logged or stored.
@@ -16,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from opencode_autoretry.config.settings import ConfigError
+from opencode_autoretry.notifications.apprise_urls import AppriseUrlError, check_urls, url_secrets
 
 EVENTS = ("gave_up", "terminal", "loop_stopped", "stall_unrecovered", "recovered", "goal_met",
           "goal_given_up")
@@ -23,7 +25,8 @@ DEFAULT_EVENTS: frozenset[str] = frozenset(EVENTS) - {"recovered"}
 FORMATS = ("json", "slack", "ntfy")
 DEFAULT_MAX_PER_HOUR = 20
 DEFAULT_TIMEOUT_S = 10.0
-_KEYS = ("desktop", "command", "webhook", "webhook_format", "events", "max_per_hour", "timeout")
+_KEYS = ("desktop", "command", "webhook", "webhook_format", "events", "max_per_hour", "timeout",
+         "urls")
 
 
 class NotifyConfigError(ConfigError):
@@ -39,6 +42,7 @@ class NotifyConfig:
     events: frozenset[str] = DEFAULT_EVENTS
     max_per_hour: int = DEFAULT_MAX_PER_HOUR
     timeout: float = DEFAULT_TIMEOUT_S  # per attempt, per channel
+    urls: tuple[str, ...] = ()  # Apprise URLs (issue 23): one "apprise" channel for them all
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -50,6 +54,8 @@ class NotifyConfig:
             names.append("command")
         if self.webhook:
             names.append("webhook")
+        if self.urls:
+            names.append("apprise")
         return tuple(names)
 
     def wants(self, event: str) -> bool:
@@ -57,10 +63,10 @@ class NotifyConfig:
 
     def secrets(self) -> tuple[str, ...]:
         """Strings never to be written to a log or the store (see ``scrub``)."""
-        if not self.webhook:
-            return ()
-        parts = urlsplit(self.webhook)
-        found = [self.webhook, parts.path, parts.query, parts.password or ""]
+        found = [secret for url in self.urls for secret in url_secrets(url)]
+        if self.webhook:
+            parts = urlsplit(self.webhook)
+            found += [self.webhook, parts.path, parts.query, parts.password or ""]
         return tuple(s for s in found if len(s) > 1)
 
 
@@ -162,6 +168,11 @@ def load_notify(raw: object) -> NotifyConfig:
                                               "notify.max_per_hour")
     if "timeout" in table:
         values["timeout"] = _seconds(table["timeout"], 0.1, 60.0, "notify.timeout")
+    if "urls" in table:
+        try:  # Apprise is imported here only when the list holds a URL
+            values["urls"] = check_urls(table["urls"], "notify.urls")
+        except AppriseUrlError as exc:
+            raise NotifyConfigError(str(exc)) from None
     return NotifyConfig(**{**config.__dict__, **values})
 
 

@@ -87,6 +87,14 @@ _HEADLINES: Mapping[NotifyEvent, str] = {
 }
 
 
+#: The headline of an event raised by a decision taken in observe mode (issue 23).
+_WOULD_HEADLINES: Mapping[NotifyEvent, str] = {
+    NotifyEvent.GAVE_UP: "(observe mode) would give up",
+    NotifyEvent.LOOP_STOPPED: "(observe mode) would stop a loop",
+    NotifyEvent.STALL_UNRECOVERED: "(observe mode) would give up on a stall",
+}
+
+
 def resume_hint(event: NotifyEvent, session_id: str, directory: str | None) -> str:
     """One line saying how to pick the session up again."""
     where = f"cd {directory} && " if directory else ""
@@ -117,9 +125,12 @@ class Notification:
     decision_id: int | None = None
     detail: str | None = None  # the toast's text, e.g. "retried 2 times, still failing (…)"
     suppressed: int = 0
+    observed: bool = False  # raised by a decision of observe mode: nothing was done
 
     @property
     def headline(self) -> str:
+        if self.observed and self.event in _WOULD_HEADLINES:
+            return f"autoretry {_WOULD_HEADLINES[self.event]}"
         return f"autoretry {_HEADLINES[self.event]}"
 
     @property
@@ -142,7 +153,7 @@ class Notification:
             "turn_id": self.turn_id, "kind": self.kind, "reason": self.reason,
             "attempts": self.attempts, "budget": self.budget, "time": self.time.isoformat(),
             "message": self.summary, "resume": self.resume, "decision_id": self.decision_id,
-            "suppressed": self.suppressed,
+            "suppressed": self.suppressed, "observed": self.observed,
         }
 
 
@@ -156,6 +167,7 @@ def from_decision(
         turn_id=decision.turn_id, kind=str(decision.kind) if decision.kind else None,
         attempts=decision.used_after, budget=decision.limit, decision_id=decision_id,
         detail=decision.text if decision.action is Action.NOTIFY else None,
+        observed=decision.observed and decision.action is not Action.SKIP,
     )
 
 

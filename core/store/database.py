@@ -21,6 +21,7 @@ from typing import Any
 import sqlite_utils
 
 from opencode_autoretry.causes import Cause, Facts
+from opencode_autoretry.decisions.observed import would_do
 from opencode_autoretry.models import BudgetGroup, Decision, TurnLedger, from_epoch_ms, to_epoch_ms
 from opencode_autoretry.store.legacy_reasons import legacy_cause
 from opencode_autoretry.store.sqlite_uri import readonly_uri
@@ -111,6 +112,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         decision_id INTEGER);
     CREATE INDEX IF NOT EXISTS goal_checks_session ON goal_checks (session_id, id);
     """,
+    # 7: observe mode (issue 23): a decision recorded as what autoretry WOULD have done
+    "ALTER TABLE decisions ADD COLUMN observed INTEGER NOT NULL DEFAULT 0;",
 )
 
 
@@ -143,6 +146,15 @@ class DecisionRecord:
     limit: int
     cause: Cause = Cause.OTHER  # why (rows of older releases: mapped from their reason)
     facts: Facts = Facts()
+    observed: bool = False  # taken in observe mode: never carried out (issue 23)
+
+    @property
+    def would(self) -> str | None:
+        """What an observed decision would have done; None when it is not one, or a skip."""
+        if not self.observed:
+            return None
+        return would_do(self.action, self.kind, self.cause, self.facts, self.used_after,
+                        self.limit)
 
     @classmethod
     def of_legacy(cls, **values: Any) -> DecisionRecord:
@@ -245,8 +257,9 @@ def _decision_from_row(row: sqlite3.Row) -> DecisionRecord:
     if "cause" not in row.keys() or row["cause"] is None:  # noqa: SIM118 (a Row iterates values)
         # A store an older daemon still holds (a report cannot migrate it): typed on reading.
         return DecisionRecord.of_legacy(**values)
+    observed = "observed" in row.keys() and bool(row["observed"])  # noqa: SIM118
     return DecisionRecord(**values, cause=Cause.parse(row["cause"]),
-                          facts=Facts.from_json(row["facts"]))
+                          facts=Facts.from_json(row["facts"]), observed=observed)
 
 
 def _injection_from_row(row: sqlite3.Row) -> InjectionRecord:
@@ -501,14 +514,14 @@ class Store(_Reader):
     ) -> int:
         return self._write(
             "INSERT INTO decisions (at, session_id, turn_id, message_id, kind, action, reason, "
-            "grp, text, due, used_before, used_after, lim, cause, facts) "
-            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "grp, text, due, used_before, used_after, lim, cause, facts, observed) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 to_epoch_ms(at), decision.session_id, decision.turn_id, message_id,
                 decision.kind and str(decision.kind), str(decision.action), decision.reason,
                 decision.group and str(decision.group), decision.text, _ms(decision.due),
                 decision.used_before, decision.used_after, decision.limit,
-                str(decision.cause), decision.facts.to_json(),
+                str(decision.cause), decision.facts.to_json(), int(decision.observed),
             ),
         )
 

@@ -42,6 +42,10 @@ Exit status:
        recover (401, usage limit, crash, autoretry off)
   2    usage error (no command, not `opencode run`, --attach, --interactive) or a bad
        config.toml (one line naming the key)
+
+In observe mode (--observe, or mode = "observe" in config.toml) exec judges and records
+the run's last turn, says on stderr what it would have done, re-runs nothing and exits with
+the run's own status.
 """
 
 
@@ -50,9 +54,11 @@ Exit status:
 @click.option("-v", "--verbose", is_flag=True, help="Say how each turn was judged (stderr).")
 @click.option("--until", "until", metavar="SHELL_COMMAND", default=None,
               help="Continue until this check passes (a goal, issue 22).")
+@click.option("--observe", is_flag=True,
+              help="Observe mode: judge and record what would be done; re-run nothing.")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_obj
-def exec_command(app: AppContext, verbose: bool, until: str | None,
+def exec_command(app: AppContext, verbose: bool, until: str | None, observe: bool,
                  command: tuple[str, ...]) -> None:
     # Imported when it runs: `autoretry --help` must not load the store or the classifier.
     from opencode_autoretry.clock import SystemClock
@@ -66,7 +72,8 @@ def exec_command(app: AppContext, verbose: bool, until: str | None,
     except RunArgsError as exc:
         say(sys.stderr, f"usage: {exc}")
         sys.exit(EXIT_USAGE)
-    config = app.config()  # a bad one: its one line, exit 2, before the run starts
+    # A bad config: its one line, exit 2, before the run starts.
+    config = app.config(mode="observe") if observe else app.config()
     settings = config.settings
     try:
         store = Store.open(settings.store)

@@ -179,7 +179,9 @@ class Runner:
         self._verbose = verbose
         self.sessions = Sessions()
         self.hand = CliHand(run, self._env, cwd, spawn, err)
-        self.actions = Actions(store, self.hand, self.db, NoTimers(), self.sessions)
+        self.observe = config.settings.observing  # issue 23: judge and record, re-run nothing
+        self.actions = Actions(store, self.hand, self.db, NoTimers(), self.sessions,
+                               observe=self.observe)
         self.recovery = Recovery(store, self.actions, self.sessions, self.db, NoTimers())
         self.judge = judge_for(config, store, self.db, rand=rand)  # the daemon's, [fallback] too
         self.child: subprocess.Popen[bytes] | None = None
@@ -255,6 +257,9 @@ class Runner:
                     return 0
             else:
                 self.actions.perform(decision, now, verdict.message_id)
+            if self.observe and decision.action is not Action.SKIP:
+                # Its toast (stderr) said what exec would have done; nothing is re-run.
+                return status  # the run's own status: exec did nothing
             if decision.action is Action.NOTIFY:
                 return EXIT_GAVE_UP
             if not decision.sends:

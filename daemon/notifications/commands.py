@@ -29,8 +29,8 @@ def test_command(app: AppContext) -> None:
 
     config = app.config().notify  # a bad config: its one line, exit 2 (as every command)
     if not config.channels:
-        raise click.UsageError("no channel configured: set desktop, command or webhook in "
-                               "[notify] of config.toml")
+        raise click.UsageError("no channel configured: set desktop, command, webhook or urls "
+                               "in [notify] of config.toml")
     warning = cleartext_warning(config)
     if warning:
         click.echo(f"warning: {warning}", err=True)

@@ -28,9 +28,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.message import Message
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
 
+from opencode_autoretry.notifications.apprise_urls import LOGGER as APPRISE_LOGGER
+from opencode_autoretry.notifications.apprise_urls import AppriseUrlError, instantiate, shown
 from opencode_autoretry.notifications.config import NotifyConfig, redact_url, scrub
 from opencode_autoretry.notifications.events import Notification, ntfy_request, slack_body
 
@@ -183,6 +185,67 @@ class _Deadline:
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
+#: The loggers that may write an Apprise URL's parts: Apprise's own, and the HTTP client's
+#: request lines (Telegram's bot token is in its path).
+SCRUBBED_LOGGERS = (APPRISE_LOGGER, "urllib3.connectionpool")
+
+
+class _Scrubbed(logging.Filter):
+    """On Apprise's logger: its lines reach the daemon's log without the URLs' secrets."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = scrub(record.getMessage(), self.secrets), None
+        return True
+
+
+class AppriseChannel:
+    """``[notify] urls`` through Apprise (issue 23): one channel, every URL tried on each
+    event. Apprise is imported when the first event is delivered, on this channel's worker
+    thread; each URL's failure is named by its scheme only (``tgram://…``)."""
+
+    name = "apprise"
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = tuple(urls)
+        self._secrets = NotifyConfig(urls=self.urls).secrets()
+        self._plugins: list[Any] | None = None
+
+    def plugins(self) -> list[Any]:
+        if self._plugins is None:
+            for name in SCRUBBED_LOGGERS:  # a filter applies to its own logger's lines only
+                logger = logging.getLogger(name)
+                found = [f for f in logger.filters if isinstance(f, _Scrubbed)]
+                scrubbed = found[0] if found else _Scrubbed()
+                scrubbed.secrets.update(self._secrets)
+                if not found:
+                    logger.addFilter(scrubbed)
+            try:
+                self._plugins = [instantiate(url) for url in self.urls]
+            except AppriseUrlError as exc:  # checked at load: only if apprise went away since
+                raise ChannelError(f"apprise: {exc}") from None
+        return self._plugins
+
+    def deliver(self, note: Notification, timeout: float) -> None:
+        failed = []
+        body = f"{note.summary}\n{note.resume}"
+        for url, plugin in zip(self.urls, self.plugins(), strict=True):
+            plugin.socket_connect_timeout = plugin.socket_read_timeout = timeout
+            try:
+                ok = bool(plugin.notify(body=body, title=note.headline))
+            except Exception as exc:  # an Apprise plugin bug: named, never its message
+                ok = False
+                log.debug("apprise %s raised %s", shown(url), type(exc).__name__)
+            if not ok:
+                failed.append(shown(url))
+        if failed:
+            raise ChannelError(f"apprise: {', '.join(failed)} failed "
+                               f"({len(failed)} of {len(self.urls)} URLs)")
+
+
 def _http_handlers(deadline: _Deadline) -> list[urllib.request.BaseHandler]:
     """HTTP and HTTPS only (no ftp:, file: or data:), each connection watched by
     ``deadline``."""
@@ -253,6 +316,8 @@ def build_channels(config: NotifyConfig, program: str | None = None) -> list[Cha
         channels.append(CommandChannel(config.command))
     if config.webhook:
         channels.append(WebhookChannel(config.webhook, config.webhook_format))
+    if config.urls:
+        channels.append(AppriseChannel(config.urls))
     return channels
 
 

@@ -96,9 +96,10 @@ class RepetitionGuard:
         return decision
 
     def trim(self, found: LoopFound, now: datetime, decision_id: int | None = None) -> bool:
-        """Record the trim and send it to the session's owner; False when not sent."""
+        """Record the trim and send it to the session's owner; False when not sent (also in
+        observe mode: a trim changes what the model is sent next, issue 23)."""
         trim = found.trim()
-        if trim is None:
+        if trim is None or self._actions.observe:
             return False
         self._store.record_trim(
             trim.session_id, trim.message_id, trim.part_id, trim.keep_chars, now,
@@ -110,7 +111,7 @@ class RepetitionGuard:
     def on_hello(self, conn_id: str, now: datetime) -> int:
         """A bridge connected: its config, then the recent trims (it keeps them in memory
         only, and may belong to a restarted OpenCode). Returns how many trims were sent."""
-        if self.penalties:
+        if self.penalties and not self._actions.observe:  # they change the provider's requests
             self._bridge.send(conn_id, Config(penalties=self.penalties))
         records = self._store.trims(since=now - TRIM_RESEND_WINDOW)[-TRIM_RESEND_MAX:]
         sent = 0

@@ -81,6 +81,8 @@ def decision_attributes(decision: Decision, decision_id: int) -> dict[str, str |
     if decision.limit:
         attributes.update({"autoretry.budget.used": decision.used_after,
                            "autoretry.budget.limit": decision.limit})
+    if decision.observed:  # observe mode (issue 23): recorded, never carried out
+        attributes["autoretry.observed"] = 1
     return attributes
 
 
@@ -90,7 +92,7 @@ def decision_counts(decision: Decision) -> list[tuple[str, dict[str, str]]]:
         (DECISIONS, {"action": str(decision.action), "cause": str(decision.cause)})]
     if decision.kind is not None and decision.kind not in NOT_FAULTS:
         counts.append((FAULTS, {"kind": str(decision.kind)}))
-    if decision.action is Action.NOTIFY:
+    if decision.action is Action.NOTIFY and not decision.observed:  # observe mode: not done
         if decision.kind is Kind.REPETITION:
             counts.append((LOOPS_STOPPED, {}))
         else:

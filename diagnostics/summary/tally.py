@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, tzinfo
 from operator import itemgetter
 from typing import Any, Final
@@ -103,6 +103,8 @@ class Summary:
     per_day: tuple[DayCount, ...]
     by_model: Mapping[str, Tally]
     by_kind: Mapping[str, Tally]
+    #: Observe mode's would-be actions (issue 23): action -> kind -> decisions.
+    observed: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     #: The sessions of the turns left alone for want of a live owner: the one list both the
     #: summary's "no live owner N" and diagnose's "Sessions with no live owner" are drawn from.
     ownerless_sessions: tuple[str, ...] = ()
@@ -437,6 +439,9 @@ def build_summary(
     actions: dict[str, Counter[str]] = defaultdict(Counter)
     for decision in records.decisions:
         actions[decision.action][decision.kind or "-"] += 1
+    would: dict[str, Counter[str]] = defaultdict(Counter)
+    for decision in records.observed:
+        would[decision.action][decision.kind or "-"] += 1
     models, kinds = _breakdowns(tallies, records)
     return Summary(
         failed_steps=tallies.steps,
@@ -451,6 +456,7 @@ def build_summary(
         by_model=models,
         by_kind=kinds,
         ownerless_sessions=_ownerless(tallies),
+        observed={a: dict(sorted(k.items())) for a, k in sorted(would.items())},
     )
 
 

@@ -20,7 +20,9 @@ ASCII characters: ``#`` for failed steps, ``+`` for recovered ones.
       "decisions": {"count": int, "by_action": {"<action>": {"<kind>": int}}},
       "per_day": [{"day": "YYYY-MM-DD", "failed": int, "recovered": int}],  # local days
       "by_model": [{"model": "provider/model", "failed", "recovered": int}],  # most failed first
-      "by_kind": [{"kind", "failed", "recovered", "continuations", "decisions": int}]}
+      "by_kind": [{"kind", "failed", "recovered", "continuations", "decisions": int}],
+      # added in issue 23: observe mode's would-be actions (recorded, never carried out)
+      "observed": {"count": int, "by_action": {"<action>": {"<kind>": int}}}}
 """
 
 from __future__ import annotations
@@ -87,6 +89,10 @@ def summary_json(summary: Summary) -> dict[str, Any]:
         ],
         "by_model": [_tally_json(m, "model", t, False) for m, t in summary.by_model.items()],
         "by_kind": [_tally_json(k, "kind", t, True) for k, t in summary.by_kind.items()],
+        "observed": {
+            "count": sum(sum(k.values()) for k in summary.observed.values()),
+            "by_action": {a: dict(k) for a, k in summary.observed.items()},
+        },
     }
 
 
@@ -130,7 +136,24 @@ def headline_lines(summary: Summary, style: Style) -> list[str]:
         f"  Continuations:  {summary.continuations_sent} sent, "
         f"{style.gained(success, settled_ok, summary.continuations_sent)}"
         + (f" ({outcomes})" if outcomes else ""),
+        *_observed_lines(summary),
     ]
+
+
+#: How the summary names an observed decision's action (issue 23).
+WOULD_LABELS = {"inject": "would continue", "inject_at": "would continue later",
+                "abort_then_inject": "would stop and continue", "notify": "would give up",
+                "abort": "would abort a subagent"}
+
+
+def _observed_lines(summary: Summary) -> list[str]:
+    """Observe mode's would-be actions, when there are any: none of them was carried out."""
+    counts = {a: sum(k.values()) for a, k in summary.observed.items()}
+    if not counts:
+        return []
+    parts = ", ".join(f"{WOULD_LABELS.get(a, 'would ' + a)} {n}" for a, n in counts.items())
+    return [f"  Observe mode:   {_plural(sum(counts.values()), 'would-be action')} "
+            f"({parts}); nothing was sent, aborted or switched"]
 
 
 def _console(style: Style) -> Console:

@@ -37,7 +37,10 @@ to act (skip, notify) follow, with their reasons.
         "state": "active"|"met"|"given_up"|"ended", "outcome": str|null, "set_at": ISO,
         "ended_at": ISO|null, "checks": [{"time": ISO, "reply_id", "exit_code": int|null,
         "duration_ms": int, "timed_out": bool, "excerpt": str|null,
-        "decision_id": int|null}]}]}
+        "decision_id": int|null}]}],
+     # added in issue 23 (observe mode): what autoretry would have done, oldest first
+     "observed": [{"time": ISO, "session_id", "decision_id": int, "action", "kind": str|null,
+                   "would": str, "reason": str, "message_id": str|null}]}
 
 A repetition stop's outcome: ``looped`` when a later repetition decision falls in the same
 turn, else ``clean`` once the reminder's next assistant step finished, else ``pending``.
@@ -145,6 +148,7 @@ class TraceReport:
     subagents: tuple[SubagentAbort, ...] = ()  # issue 9: hung children that were aborted
     notifications: tuple[NotificationRecord, ...] = ()
     goals: tuple[tuple[GoalRecord, tuple[GoalCheckRecord, ...]], ...] = ()  # issue 22
+    observed: tuple[DecisionRecord, ...] = ()  # issue 23: observe mode's would-be actions
 
 
 def outcome_of(next_step: Message | None) -> Outcome:
@@ -263,8 +267,10 @@ def build_trace(
     todos = todo_continuations(db, records, session_id)
     aborted = tuple(subagent_aborts(db, records, session_id))
     notes = tuple(n for n in records.notifications if session_id in (None, n.session_id))
+    observed = tuple(d for d in records.observed if session_id in (None, d.session_id))
     return TraceReport(days, session_id, since, tuple(found), declined, stops, trims, todos,
-                       aborted, notes, goals_of(records, session_id))
+                       aborted, notes, goals_of(records, session_id),
+                       observed)
 
 
 def _delivered(
@@ -337,6 +343,19 @@ def trace_json(report: TraceReport) -> str:
         "subagent_aborts": [abort_json(a) for a in report.subagents],  # issue 9
         "notifications": [notification_json(n) for n in report.notifications],
         "goals": [goal_json(goal, checks) for goal, checks in report.goals],  # issue 22
+        "observed": [
+            {
+                "time": iso(d.at),
+                "session_id": d.session_id,
+                "decision_id": d.id,
+                "action": d.action,
+                "kind": d.kind,
+                "would": d.would,
+                "reason": d.reason,
+                "message_id": d.message_id,
+            }
+            for d in report.observed
+        ],
     }
     items = [
         c.text if isinstance(c, Rendered) else render_item(_continuation_json(c))
@@ -416,6 +435,11 @@ def render_trace(report: TraceReport, style: Style) -> str:
     lines += [f"[{style.local(n.at)}] ses={session_ref(n.session_id)} {notification_line(n)}"
               for n in report.notifications]
     lines += [RULE, *goal_lines(report.goals, style)]
+    if report.observed:  # issue 23: shown only when observe mode recorded something
+        lines += [RULE, f"Observe mode, would have acted: {len(report.observed)} "
+                        "(nothing was sent, aborted or switched)"]
+        lines += [f"[{style.local(d.at)}] ses={session_ref(d.session_id)} "
+                  f"{(d.kind or '-')}: {d.would}" for d in report.observed]
     return "\n".join(lines)
 
 
