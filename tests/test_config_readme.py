@@ -15,13 +15,14 @@ from opencode_autoretry.decisions.policy import (
     SHARED_CAP_KEY,
     GroupBudget,
 )
+from opencode_autoretry.decisions.quota import QuotaConfig
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import EVENTS, NotifyConfig
 from opencode_autoretry.repetition.penalties import PENALTY_RANGES
 from opencode_autoretry.todos.continuation import TodoConfig
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback"}
+RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "quota"}
 TEXTS = {"message", "stagnation_notice", "exhausted_notice"}
 
 
@@ -80,6 +81,8 @@ def accepted() -> dict[str, str | None]:
     for f in fields(NotifyConfig):
         keys[f"notify.{f.name}"] = shown(getattr(notify, f.name))
     keys.update({'fallback."<provider/model>"': None, 'fallback."*"': None})
+    quota = QuotaConfig()
+    keys.update({f"quota.{f.name}": shown(getattr(quota, f.name)) for f in fields(QuotaConfig)})
     return keys
 
 

@@ -26,6 +26,7 @@ from opencode_autoretry.config.settings import (
 )
 from opencode_autoretry.decisions.fallback import FallbackChains, check_models, load_fallback
 from opencode_autoretry.decisions.policy import Policy, load_policy
+from opencode_autoretry.decisions.quota import QuotaConfig, load_quota
 from opencode_autoretry.notifications.config import NotifyConfig, load_notify
 from opencode_autoretry.repetition.penalties import load_penalties
 from opencode_autoretry.todos.continuation import TodoConfig, load_todo_config, with_todo_budget
@@ -48,6 +49,7 @@ class Config:
     notify: NotifyConfig = field(default_factory=NotifyConfig)
     fallback: FallbackChains = field(default_factory=FallbackChains)
     penalties: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    quota: QuotaConfig = field(default_factory=QuotaConfig)  # [quota] (issue 23)
 
 
 def parse_config(settings: Settings) -> Config:
@@ -60,6 +62,7 @@ def parse_config(settings: Settings) -> Config:
         notify=load_notify(settings.notify),
         fallback=load_fallback(settings.fallback),
         penalties=load_penalties(settings.repetition),
+        quota=load_quota(settings.quota),
     )
 
 

@@ -26,7 +26,7 @@ TODOS_TABLE = "todos"
 STALL_TABLE = "stall"
 STALL_KEYS = {"subagents": "stall_subagents"}
 #: Raw tables validated where they are used (issue 10): ``[notify]``, ``[fallback]``.
-UNATTENDED_TABLES = ("notify", "fallback")
+UNATTENDED_TABLES = ("notify", "fallback", "quota")
 
 
 class ConfigError(ValueError):
@@ -73,6 +73,7 @@ class Settings:
     todos: Mapping[str, Any] = field(default_factory=dict)  # raw [todos] table
     notify: Mapping[str, Any] = field(default_factory=dict)  # raw [notify] table
     fallback: Mapping[str, Any] = field(default_factory=dict)  # raw [fallback] table
+    quota: Mapping[str, Any] = field(default_factory=dict)  # raw [quota] table (issue 23)
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}

@@ -17,12 +17,17 @@ from urllib.parse import urlsplit
 
 from opencode_autoretry.config.settings import ConfigError
 
-EVENTS = ("gave_up", "terminal", "loop_stopped", "stall_unrecovered", "recovered")
+EVENTS = ("gave_up", "terminal", "loop_stopped", "stall_unrecovered", "recovered",
+          "waiting_quota", "waiting")
 DEFAULT_EVENTS: frozenset[str] = frozenset(EVENTS) - {"recovered"}
 FORMATS = ("json", "slack", "ntfy")
 DEFAULT_MAX_PER_HOUR = 20
 DEFAULT_TIMEOUT_S = 10.0
-_KEYS = ("desktop", "command", "webhook", "webhook_format", "events", "max_per_hour", "timeout")
+#: How long a root session waits on a permission or a question before ``waiting`` (issue 23).
+DEFAULT_WAITING_AFTER_S = 120.0
+MAX_WAITING_AFTER_S = 86400.0
+_KEYS = ("desktop", "command", "webhook", "webhook_format", "events", "max_per_hour", "timeout",
+         "waiting_after")
 
 
 class NotifyConfigError(ConfigError):
@@ -38,6 +43,7 @@ class NotifyConfig:
     events: frozenset[str] = DEFAULT_EVENTS
     max_per_hour: int = DEFAULT_MAX_PER_HOUR
     timeout: float = DEFAULT_TIMEOUT_S  # per attempt, per channel
+    waiting_after: float = DEFAULT_WAITING_AFTER_S  # seconds an ask waits before ``waiting``
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -161,6 +167,9 @@ def load_notify(raw: object) -> NotifyConfig:
                                               "notify.max_per_hour")
     if "timeout" in table:
         values["timeout"] = _seconds(table["timeout"], 0.1, 60.0, "notify.timeout")
+    if "waiting_after" in table:
+        values["waiting_after"] = _seconds(table["waiting_after"], 0.0, MAX_WAITING_AFTER_S,
+                                           "notify.waiting_after")
     return NotifyConfig(**{**config.__dict__, **values})
 
 

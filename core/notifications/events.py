@@ -33,6 +33,8 @@ class NotifyEvent(StrEnum):
     LOOP_STOPPED = "loop_stopped"
     STALL_UNRECOVERED = "stall_unrecovered"
     RECOVERED = "recovered"
+    WAITING_QUOTA = "waiting_quota"  # a usage window: one continuation once it resets (issue 23)
+    WAITING = "waiting"  # a root session waits on a permission or a question (issue 23)
     SUPPRESSED = "suppressed"  # the cap's one summary line
     TEST = "test"  # ``autoretry notify test``
 
@@ -42,6 +44,8 @@ def event_for(decision: Decision, *, is_child: bool | None) -> NotifyEvent | Non
     own turn decides (fail-closed: an unknown parent is treated as a child)."""
     if is_child is not False:
         return None
+    if decision.cause is Cause.QUOTA_WAIT:
+        return NotifyEvent.WAITING_QUOTA
     if decision.action is Action.NOTIFY:
         if decision.kind is Kind.REPETITION:
             return NotifyEvent.LOOP_STOPPED
@@ -63,6 +67,8 @@ _HEADLINES: Mapping[NotifyEvent, str] = {
     NotifyEvent.LOOP_STOPPED: "stopped a loop",
     NotifyEvent.STALL_UNRECOVERED: "could not recover a stall",
     NotifyEvent.RECOVERED: "recovered a turn",
+    NotifyEvent.WAITING_QUOTA: "is waiting for a usage limit to reset",
+    NotifyEvent.WAITING: "needs you",
     NotifyEvent.SUPPRESSED: "held back notifications",
     NotifyEvent.TEST: "test notification",
 }
@@ -76,6 +82,10 @@ def resume_hint(event: NotifyEvent, session_id: str, directory: str | None) -> s
         return f"Fix the cause (credentials, quota or context), then {open_it} and send a message."
     if event is NotifyEvent.RECOVERED:
         return f"Nothing to do; to look: {open_it}"
+    if event is NotifyEvent.WAITING_QUOTA:
+        return f"Nothing to do; any message you send in {open_it} cancels the wait."
+    if event is NotifyEvent.WAITING:
+        return f"Answer it: {open_it}"
     if event in (NotifyEvent.SUPPRESSED, NotifyEvent.TEST):
         return "Run `autoretry trace` to see every decision."
     return f"{open_it} and send a message (a new message starts fresh budgets)."
@@ -113,7 +123,8 @@ class Notification:
         if self.event is NotifyEvent.SUPPRESSED:
             return f"{self.suppressed} more suppressed (more than the hourly cap)"
         name = f"'{self.title}'" if self.title else self.session_id
-        tried = f" after {self.attempts}/{self.budget}" if self.budget else ""
+        counted = self.budget and self.event not in (NotifyEvent.WAITING_QUOTA, NotifyEvent.WAITING)
+        tried = f" after {self.attempts}/{self.budget}" if counted else ""
         return f"{self.headline}{tried} in {name}: {self.detail or self.reason}"
 
     def as_json(self) -> dict[str, Any]:
@@ -136,8 +147,15 @@ def from_decision(
         title=session.title if session else None, directory=session.directory if session else None,
         turn_id=decision.turn_id, kind=str(decision.kind) if decision.kind else None,
         attempts=decision.used_after, budget=decision.limit, decision_id=decision_id,
-        detail=decision.text if decision.action is Action.NOTIFY else None,
+        detail=_detail(event, decision),
     )
+
+
+def _detail(event: NotifyEvent, decision: Decision) -> str | None:
+    if event is NotifyEvent.WAITING_QUOTA and decision.facts.resets_at is not None:
+        reset = decision.facts.resets_at
+        return f"the usage limit resets at {reset:%Y-%m-%d %H:%M} UTC; continuing then, once"
+    return decision.text if decision.action is Action.NOTIFY else None
 
 
 # --- webhook bodies --------------------------------------------------------------------------
