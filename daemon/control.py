@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.daemon.parts import describe
+from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.records import status_json as notify_status
 from opencode_autoretry.notifications.records import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
@@ -91,7 +93,10 @@ def _status_line(loop: Loop, session_id: str | None) -> str:
             if ledger.exhausted:
                 parts.append("exhausted: " + ", ".join(sorted(ledger.exhausted)))
         pending = loop.actions.pending.get(session_id)
-        if pending is not None:
+        if pending is not None and pending.group is BudgetGroup.QUOTA:
+            parts.append(f"waiting for the quota reset (continuing at {pending.due:%H:%M:%S} "
+                         "UTC; any message cancels it)")
+        elif pending is not None:
             parts.append(f"retry pending ({pending.group}, due {pending.due:%H:%M:%S} UTC)")
     return "autoretry: " + " · ".join(parts)
 
@@ -170,11 +175,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
              "user_aborted": ledger.user_aborted}
             for ledger in view.ledgers()[-decisions:]
         ],
-        "pending": [
-            {"id": i.id, "session_id": i.session_id, "state": i.state, "text": i.text,
-             "due": i.due.isoformat() if i.due else None}
-            for i in view.injections() if i.state in ("intent", "sent")
-        ],
+        "pending": _pending(view),
         "decisions": [
             {"id": d.id, "at": d.at.isoformat(), "session_id": d.session_id, "kind": d.kind,
              "action": d.action, "reason": d.reason}
@@ -182,6 +183,21 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10) -> dict[s
         ],
         "notifications": notify_status(view, now),  # issue 10
     }
+
+
+def _pending(view: StoreView) -> list[dict[str, Any]]:
+    """Open continuations; a quota wait (issue 23) says so, with the reset it waits for."""
+    open_ones = [i for i in view.injections() if i.state in ("intent", "sent")]
+    quota = {d.id: d for d in view.decisions() if d.cause is Cause.QUOTA_WAIT} if open_ones else {}
+    pending = []
+    for i in open_ones:
+        entry: dict[str, Any] = {"id": i.id, "session_id": i.session_id, "state": i.state,
+                                 "text": i.text, "due": i.due.isoformat() if i.due else None}
+        waits = quota.get(i.decision_id)
+        if waits is not None and waits.facts.resets_at is not None:
+            entry["quota_resets_at"] = waits.facts.resets_at.isoformat()
+        pending.append(entry)
+    return pending
 
 
 def _dropped(report: Mapping[str, Any]) -> str:
@@ -230,6 +246,8 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
         lines.append(f"  {t['session_id']} {t['turn_id']}: {used}{spent}")
     lines.append(f"pending retries: {len(report['pending'])}")
     lines += [f"  #{p['id']} {p['session_id']} {p['state']} due {local_time(p['due'], zone)}"
+              + (f"  (waiting for the quota reset at {local_time(p['quota_resets_at'], zone)})"
+                 if p.get("quota_resets_at") else "")
               for p in report["pending"]]
     lines.append("last decisions:")
     lines += [f"  {local_time(d['at'], zone)} {d['session_id']} {d['kind'] or '-'}: {d['reason']}"

@@ -22,6 +22,7 @@ from opencode_autoretry.clock import Clock
 from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions
+from opencode_autoretry.daemon.alerts import WaitingAlerts
 from opencode_autoretry.daemon.bridge_links import BridgeLinks
 from opencode_autoretry.daemon.db_rows import DbRowsIntake
 from opencode_autoretry.daemon.gap import GapReview
@@ -126,6 +127,7 @@ class Loop:
         self.judge = judge_for(config, store, self.db, rand=rand, scope=self.subagents.scope)
         self.notifications = Notifications(store, self.db, config.notify, notifier)
         self.actions.listeners.append(self.notifications.on_decision)  # issue 10
+        self.alerts = WaitingAlerts(self.sessions, store, self.db, self.notifications)  # 23
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_evict: datetime | None = None
         self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
@@ -262,6 +264,7 @@ class Loop:
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
             self.notifications.tick(now)
+            self.alerts.tick(now)
             self._evict_idle(now)
             self.heartbeat.tick(now)
         except (DbError, sqlite3.Error) as exc:
@@ -342,6 +345,7 @@ class Loop:
             self._on_message_info(view, props.get("info"), now)
         else:
             track_event(self.sessions, view, kind, props)
+            self.alerts.on_event(session_id, kind, props, now)  # issue 23: "needs you"
 
     def _on_status(self, view: SessionView, status: Mapping[str, Any], now: datetime) -> None:
         kind = status.get("type")

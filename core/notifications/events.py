@@ -108,6 +108,13 @@ class Notification:
     decision_id: int | None = None
     detail: str | None = None  # the toast's text, e.g. "retried 2 times, still failing (…)"
     suppressed: int = 0
+    ask_id: str | None = None  # ``waiting``: the permission or question asked (issue 23)
+    asked: str | None = None  # ``waiting``: what it asks, one sanitised line
+
+    @property
+    def key(self) -> str | None:
+        """What makes it once-only beside session and event: the ask, else the turn."""
+        return self.ask_id or self.turn_id
 
     @property
     def headline(self) -> str:
@@ -134,7 +141,7 @@ class Notification:
             "turn_id": self.turn_id, "kind": self.kind, "reason": self.reason,
             "attempts": self.attempts, "budget": self.budget, "time": self.time.isoformat(),
             "message": self.summary, "resume": self.resume, "decision_id": self.decision_id,
-            "suppressed": self.suppressed,
+            "suppressed": self.suppressed, "ask": self.asked,
         }
 
 
