@@ -238,3 +238,21 @@ def test_wake_up_precision_after_a_simulated_sleep(tmp_path, record_property):
     record_property("wake_after_sleep_s", round(late, 3))
     print(f"\nwake-up after a simulated sleep: continuation {late:.3f} s after the clock jump")
     assert late <= h.settings.tick_interval + 2.0
+
+
+def test_status_shows_the_quota_wait(tmp_path):
+    from opencode_autoretry.daemon.control import render_status, status_report
+    from opencode_autoretry.store.database import StoreView
+
+    h, _ = harness(tmp_path)
+    sid = usage_turn(h, 20)
+    view = StoreView.open(h.settings.store)
+    try:
+        report = status_report(view, h.clock.now())
+    finally:
+        view.close()
+    [pending] = report["pending"]
+    assert pending["session_id"] == sid and pending["quota_resets_at"]
+    assert "(waiting for the quota reset at " in render_status(report)
+    reply = h.command(sid, "status here")
+    assert "waiting for the quota reset (continuing at " in reply.message
