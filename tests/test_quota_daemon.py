@@ -256,3 +256,13 @@ def test_status_shows_the_quota_wait(tmp_path):
     assert "(waiting for the quota reset at " in render_status(report)
     reply = h.command(sid, "status here")
     assert "waiting for the quota reset (continuing at " in reply.message
+
+
+def test_a_fallback_model_is_switched_to_instead_of_waiting(tmp_path):
+    h = Harness(tmp_path, quota=QUOTA, fallback={"fake/fake-model": ["fake/fake-b"]})
+    sid = usage_turn(h, 20)
+    [decision] = h.store.decisions(sid)
+    assert decision.cause is Cause.MODEL_SWITCH and decision.facts.switch is not None
+    assert decision.facts.switch.to_model == "fake/fake-b"
+    [prompt] = h.prompts()  # at once, on the next model; no quota wait
+    assert prompt.model is not None and prompt.model.model_id == "fake-b"
