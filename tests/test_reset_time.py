@@ -111,3 +111,32 @@ def test_a_time_without_zone_is_read_in_the_given_zone() -> None:
 
 def test_no_error_no_reset() -> None:
     assert quota_reset(None, NOW) is None
+
+
+#: Crafted words that made the first patterns backtrack for minutes (found by timing them):
+#: every repetition is bounded now, and only the first MAX_TEXT_CHARS of a text are read.
+CRAFTED = [
+    ("try again in " + "1h " * 5000, NOW + 6 * H),  # the first six amounts: bounded
+    ("5小时" * 5000 + "后重置", NOW + 30 * H),
+    ("resets in " + "1" * 10000 + "x", None),
+    ("reset at " + " " * 20000 + "3", None),
+    ('"resets_at": "' + "9" * 10000, None),
+    ("reset at 2026-12-02 " + "1" * 20000, None),
+    ("1 and " * 4000, None),
+    ("retry after " * 2000, None),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), CRAFTED)
+def test_crafted_words_end(text: str, expected: datetime | None) -> None:
+    error = ErrorInfo("APIError", text, 429, True, response_body=text,
+                      response_headers={"x-ratelimit-reset": "1" * 100_000})
+    assert quota_reset(error, NOW) == expected
+
+
+def test_only_the_start_of_a_long_body_is_read() -> None:
+    from opencode_autoretry.decisions.reset_time import MAX_TEXT_CHARS
+
+    late = " " * MAX_TEXT_CHARS + "try again in 2 hours"
+    assert quota_reset(err(body=late), NOW) is None
+    assert quota_reset(err(body="try again in 2 hours" + late), NOW) == NOW + 2 * H

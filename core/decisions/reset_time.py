@@ -37,37 +37,47 @@ _UNIT_SECONDS: tuple[tuple[str, float], ...] = (
 )
 _UNIT = (r"(?:milliseconds?|ms|days?|d|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s"
          r"|小时|分钟|分|秒钟|秒|天)")
-_AMOUNT = rf"\d+(?:\.\d+)?\s*{_UNIT}(?![a-z])"
-_DURATION = rf"{_AMOUNT}(?:\s*(?:,|and)?\s*{_AMOUNT})*"
-_ONE_AMOUNT = re.compile(rf"(\d+(?:\.\d+)?)\s*({_UNIT})(?![a-z])", re.IGNORECASE)
+# Every repetition is bounded: the words come from a provider (a body can be a whole HTML page)
+# and an unbounded pattern tried at every position backtracks for minutes on crafted text.
+_NUM = r"\d{1,9}(?:\.\d{1,6})?"
+_SP = r"[ \t]{0,3}"
+_AMOUNT = rf"{_NUM}{_SP}{_UNIT}(?![a-z])"
+_DURATION = rf"{_AMOUNT}(?:(?:{_SP},{_SP}|\s{{1,3}}and\s{{1,3}}|{_SP}){_AMOUNT}){{0,5}}"
+_ONE_AMOUNT = re.compile(rf"({_NUM}){_SP}({_UNIT})(?![a-z])", re.IGNORECASE)
+#: What is read of a message or body: a reset is said near the start, not in a page's tail.
+MAX_TEXT_CHARS = 20_000
+MAX_HEADER_CHARS = 200
 
 # "try again in 2h 13m", "resets in 5 hours", "retry after 30 seconds", "available in 3 days"
 _IN_TEXT = re.compile(
     rf"(?:try(?:ing)? again|retry(?:ing)?|resets?|reset(?:ting)?|available(?: again)?|"
-    rf"refresh(?:es)?|renews?)\s+(?:in|after)\s+(?:about\s+|approximately\s+|~\s*)?({_DURATION})",
+    rf"refresh(?:es)?|renews?)\s{{1,3}}(?:in|after)\s{{1,3}}(?:about\s{{1,3}}|approximately\s{{1,3}}"
+    rf"|~\s{{0,3}})?({_DURATION})",
     re.IGNORECASE,
 )
 # "5小时后重置", "2小时13分钟后重置", "30分钟后再试"
-_CJK_TEXT = re.compile(rf"({_DURATION})\s*(?:之?后)\s*(?:重置|恢复|再试|重试)", re.IGNORECASE)
+_CJK_TEXT = re.compile(rf"({_DURATION})\s{{0,3}}(?:之?后)\s{{0,3}}(?:重置|恢复|再试|重试)",
+                       re.IGNORECASE)
 
-_ZONE = (r"(?:\s*\(?\s*(?P<zone>(?:UTC|GMT)\s*[+-]\d{1,2}(?::?\d{2})?|[+-]\d{2}:?\d{2}|Z|UTC|GMT"
-         r"|[A-Za-z]+/[A-Za-z_]+(?:/[A-Za-z_]+)?)\s*\)?)?")
-_STAMP = (r"(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<hms>\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)"
+_ZONE = (r"(?:\s{0,3}\(?\s{0,3}(?P<zone>(?:UTC|GMT)\s{0,3}[+-]\d{1,2}(?::?\d{2})?"
+         r"|[+-]\d{2}:?\d{2}|Z|UTC|GMT"
+         r"|[A-Za-z]{1,20}/[A-Za-z_]{1,30}(?:/[A-Za-z_]{1,30})?)\s{0,3}\)?)?")
+_STAMP = (r"(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<hms>\d{1,2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?)"
           + _ZONE)
-_CLOCK = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?" + _ZONE
+_CLOCK = r"(?P<hour>\d{1,2})(?::(?P<minute>\d{2}))?\s{0,3}(?P<ampm>[ap]\.?m\.?)?" + _ZONE
 _AT_LEAD = (r"(?:resets?|reset(?:ting)?|try(?:ing)? again|retry|available(?: again)?|"
-            r"refresh(?:es)?|renews?)\s+(?:at|after|on|from)\s+")
+            r"refresh(?:es)?|renews?)\s{1,3}(?:at|after|on|from)\s{1,3}")
 # "will reset at 2026-12-02 14:05:13", "resets at 2026-12-02T14:05:13Z"
 _AT_STAMP = re.compile(_AT_LEAD + _STAMP, re.IGNORECASE)
 # "resets at 3pm", "reset at 15:00 (Europe/Berlin)", "try again at 3:30 PM UTC"
 _AT_CLOCK = re.compile(_AT_LEAD + r"(?!\d{4}-)" + _CLOCK + r"(?![\d-])", re.IGNORECASE)
 # "将在 2026-12-02 14:05:13 重置"
-_CJK_STAMP = re.compile(_STAMP + r"\s*(?:之?后)?\s*(?:重置|恢复)", re.IGNORECASE)
+_CJK_STAMP = re.compile(_STAMP + r"\s{0,3}(?:之?后)?\s{0,3}(?:重置|恢复)", re.IGNORECASE)
 # JSON fields in the body: "resets_in_seconds": 8000, "resets_at": 1764684000 or "…Z"
-_JSON_IN = re.compile(r'"(?:resets?|reset)_?in_?(?:seconds|s)"\s*:\s*"?(\d+(?:\.\d+)?)',
-                      re.IGNORECASE)
-_JSON_AT = re.compile(r'"(?:resets?_?at|resetsAt|reset_?time|resetTime)"\s*:\s*"?([^",}\s]+'
-                      r'(?: \d{1,2}:\d{2}(?::\d{2})?)?)', re.IGNORECASE)
+_JSON_IN = re.compile(r'"(?:resets?|reset)_?in_?(?:seconds|s)"\s{0,3}:\s{0,3}"?('
+                      + _NUM + ")", re.IGNORECASE)
+_JSON_AT = re.compile(r'"(?:resets?_?at|resetsAt|reset_?time|resetTime)"\s{0,3}:\s{0,3}"?'
+                      r'([^",}\s]{1,40}(?: \d{1,2}:\d{2}(?::\d{2})?)?)', re.IGNORECASE)
 
 _OPENAI_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?"
                               r"(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?\s*$")
@@ -93,7 +103,8 @@ def quota_reset(error: ErrorInfo | None, now: datetime, zone: tzinfo | None = No
 
 
 def _from_headers(raw: Mapping[str, object], now: datetime) -> Iterator[datetime | None]:
-    headers = {str(k).lower(): str(v) for k, v in raw.items()}
+    headers = {str(k).lower(): str(v) for k, v in raw.items()
+               if len(str(v)) <= MAX_HEADER_CHARS}
     ms = _number(headers.get("retry-after-ms"))
     if ms is not None:
         yield now + timedelta(milliseconds=ms)
@@ -179,6 +190,7 @@ def _number(raw: str | None) -> float | None:
 def _from_text(text: str | None, now: datetime, zone: tzinfo) -> Iterator[datetime | None]:
     if not text:
         return
+    text = text[:MAX_TEXT_CHARS]
     for pattern in (_IN_TEXT, _CJK_TEXT):
         for match in pattern.finditer(text):
             duration = _duration(match.group(1))
