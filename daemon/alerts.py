@@ -37,7 +37,8 @@ class WaitingAlerts:
         self._store = store
         self._db = db
         self._notifications = notifications
-        self._asks: dict[tuple[str, str], Ask] = {}
+        self._asks: dict[tuple[str, str], Ask] = {}  # still asked, as far as events said
+        self._alerted: set[tuple[str, str]] = set()
         self.alert_ms: list[float] = []  # loop-thread time of the last alerts (the figures)
 
     @property
@@ -52,19 +53,23 @@ class WaitingAlerts:
                 self._asks.setdefault((session_id, ask.ask_id), ask)
         elif event_type in _ANSWERED:
             ask_id = props.get("requestID") or props.get("id")
-            self._asks.pop((session_id, str(ask_id)), None)
+            self._forget((session_id, str(ask_id)))
 
-    def pending(self, session_id: str) -> list[Ask]:
-        """The asks of a session not yet announced, oldest first (``status``)."""
-        return sorted((a for (sid, _), a in self._asks.items() if sid == session_id),
-                      key=lambda a: a.since)
+    def asked(self, session_id: str) -> list[Ask]:
+        """What a session still waits on, oldest first (``status``)."""
+        return sorted((a for (sid, _), a in self._asks.items()
+                       if sid == session_id and self._still_asked(a)), key=lambda a: a.since)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._asks.pop(key, None)
+        self._alerted.discard(key)
 
     def tick(self, now: datetime) -> None:
         for key, ask in list(self._asks.items()):
             if not self._still_asked(ask):
-                del self._asks[key]
-            elif ask.due(self.waiting_after, now):
-                del self._asks[key]  # one alert per ask, whatever the checks below say
+                self._forget(key)
+            elif key not in self._alerted and ask.due(self.waiting_after, now):
+                self._alerted.add(key)  # one alert per ask, whatever the checks below say
                 began = time.perf_counter()
                 sent = self._alert(ask, now)
                 spent_ms = (time.perf_counter() - began) * 1000.0

@@ -19,9 +19,11 @@ from opencode_autoretry.notifications.records import status_json as notify_statu
 from opencode_autoretry.notifications.records import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
 from opencode_autoretry.store.database import STALE_HEARTBEAT, StoreView
+from opencode_autoretry.terminal_text import visible
 
 if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
     from opencode_autoretry.daemon.actions import Actions
+    from opencode_autoretry.daemon.alerts import WaitingAlerts
     from opencode_autoretry.daemon.gap import GapReview
     from opencode_autoretry.daemon.parts import PartHealth
     from opencode_autoretry.daemon.sessions import Sessions, SessionView
@@ -51,6 +53,8 @@ class Loop(Protocol):
     def gap(self) -> GapReview: ...
     @property
     def _bridge(self) -> object: ...  # the BridgeServer (its line counters), or a test fake
+    @property
+    def alerts(self) -> WaitingAlerts: ...
 
 USAGE = "usage: /autoretry [on|off|status] [here]"
 
@@ -122,21 +126,25 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         "owners": {**{s: w.pid for s, w in waiting.items()},
                    **{v.session_id: pids[v.owner] for v in views if v.owner in pids}},
         "gap_since": {s: w.since.isoformat() for s, w in waiting.items()},
-        "sessions": {v.session_id: _session_entry(v) for v in views},
+        "sessions": {v.session_id: _session_entry(v, loop.alerts) for v in views},
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
         "parts": loop.parts.report(),  # issue 11: the parts that do not work right now
         "lines": _line_counters(loop),
     }
 
 
-def _session_entry(view: SessionView) -> dict[str, Any]:
+def _session_entry(view: SessionView, alerts: WaitingAlerts) -> dict[str, Any]:
     """What ``status`` shows of a session: its status, owner and what it waits on (the asks
-    only the user can answer)."""
+    only the user can answer: their kinds, and what each asks since when, issue 23)."""
     entry: dict[str, Any] = {"status": view.status, "owner": view.owner}
     waiting = [name for name, asks in (("permission", view.permissions),
                                        ("question", view.questions)) if asks]
     if waiting:
         entry["waiting"] = waiting
+        asked = alerts.asked(view.session_id)
+        if asked:
+            entry["asked"] = [{"kind": a.kind, "what": a.what, "since": a.since.isoformat()}
+                              for a in asked]
     return entry
 
 
@@ -235,7 +243,7 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
                  if b.get("dropped") or b.get("unknown") else "")
               for b in report["bridges"]]
     lines.append(f"watched sessions: {len(report['sessions'])}")
-    lines += [f"  {sid}  {s.get('status') or '?'}{_waiting_text(s)}"
+    lines += [f"  {sid}  {s.get('status') or '?'}{_waiting_text(s, zone)}"
               for sid, s in report["sessions"].items()]
     if report["no_owner"]:
         lines.append("no live owner (never injected): " + ", ".join(report["no_owner"]))
@@ -257,8 +265,13 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     return "\n".join(lines)
 
 
-def _waiting_text(entry: Mapping[str, Any]) -> str:
+def _waiting_text(entry: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     waiting = entry.get("waiting")
     if not isinstance(waiting, list) or not waiting:
         return ""
+    asked = entry.get("asked")
+    if isinstance(asked, list) and asked and all(isinstance(a, Mapping) for a in asked):
+        return "  waiting on the user: " + "; ".join(
+            f"{visible(str(a.get('kind')))} ({visible(str(a.get('what')))}) since "
+            f"{local_time(str(a.get('since')), zone)}" for a in asked)
     return "  waiting on the user: " + ", ".join(str(w) for w in waiting)

@@ -266,3 +266,22 @@ def test_a_fallback_model_is_switched_to_instead_of_waiting(tmp_path):
     assert decision.facts.switch.to_model == "fake/fake-b"
     [prompt] = h.prompts()  # at once, on the next model; no quota wait
     assert prompt.model is not None and prompt.model.model_id == "fake-b"
+
+
+def test_status_names_what_a_session_waits_on(tmp_path):
+    from opencode_autoretry.daemon.control import heartbeat_info, render_status
+
+    h, _ = harness(tmp_path)
+    sid, _ = h.busy_turn()
+    ask_permission(h, sid)
+    entry = heartbeat_info(h.loop)["sessions"][sid]
+    assert entry["waiting"] == ["permission"]
+    assert entry["asked"][0]["what"] == "bash: git push *"
+    h.advance(31)  # alerted: still shown while it is asked
+    assert heartbeat_info(h.loop)["sessions"][sid]["asked"][0]["kind"] == "permission"
+    report = {"enabled": True, "switches": {}, "daemon": {"running": False}, "bridges": [],
+              "sessions": {sid: heartbeat_info(h.loop)["sessions"][sid]}, "no_owner": [],
+              "turns": [], "pending": [], "decisions": []}
+    assert "waiting on the user: permission (bash: git push *) since " in render_status(report)
+    h.event("permission.replied", sessionID=sid, requestID="per_1", reply="once")
+    assert "asked" not in heartbeat_info(h.loop)["sessions"][sid]
