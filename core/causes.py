@@ -25,6 +25,7 @@ class Cause(StrEnum):
     RETRY = "retry"  # a budget unit spent: continue now, later, or after an abort
     MODEL_SWITCH = "model_switch"  # model fallback: continue on the chain's next model
     SUBAGENT_HUNG = "subagent_hung"  # a hung child session aborted (never prompted)
+    QUOTA_WAIT = "quota_wait"  # a usage window: one continuation once it resets (issue 23)
     # -- told the user (notify), waiting for a real user message
     BUDGET_SPENT = "budget_spent"  # retried used of limit times
     GAVE_UP = "gave_up"  # a detector's own reason to stop (e.g. todos that did not move)
@@ -113,6 +114,7 @@ class Facts:
     exit_code: int | None = None  # a goal check's exit status (None: killed at its timeout)
     check_s: float | None = None  # how long the goal check ran
     note: str | None = None  # the reason as it was given, rendered as is (``Cause.OTHER``)
+    resets_at: datetime | None = None  # when the provider said its usage window reopens
 
     def to_json(self) -> str:
         out: dict[str, Any] = {}
@@ -188,6 +190,7 @@ _READERS: dict[str, Any] = {
     "tried": _models, "hung_seconds": _number, "continuations": _count, "note": _text,
     "cost_usd": _number, "tokens": _count, "minutes": _number, "cap": _text,
     "exit_code": _count, "check_s": _number,
+    "resets_at": _time,
 }
 
 
@@ -286,6 +289,9 @@ def render_reason(
         switch = facts.switch or ModelSwitch("?", "?")
         return (f"{head}; {switch.why} on {switch.from_model}: switched {switch.from_model} → "
                 f"{switch.to_model} (fallback {used_after}/{limit})")
+    if cause is Cause.QUOTA_WAIT:
+        return (f"{head}; the quota resets at {_iso(facts.resets_at)}: continuing once then, "
+                f"in {facts.delay_s or 0:.0f} s ({facts.budget_label} {used_after}/{limit})")
     if cause is Cause.SUBAGENT_HUNG:
         return (f"{action}: subagent {facts.detail}; stopped (never prompted) so its parent's "
                 "task tool returns; 1/1 per parent turn")

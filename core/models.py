@@ -271,6 +271,7 @@ class BudgetGroup(StrEnum):
     STALL = "stall"
     TODOS = "todos"
     GOAL = "goal"  # continuations towards a passing goal check (issue 22)
+    QUOTA = "quota"  # waits for a usage window to reset (issue 23); spent by no kind
 
 
 #: Which budget group a retryable kind spends. Kinds absent here never inject.
@@ -307,6 +308,7 @@ class Verdict:
     text: str | None = None  # a detector's own continuation text (e.g. naming the todos)
     give_up: str | None = None  # a detector's reason to stop for good: notify, exhaust the group
     idle_s: float | None = None  # a hung subagent: how long it made no progress (issue 9)
+    resets_at: datetime | None = None  # a usage or rate limit: when its window reopens (issue 23)
 
     @property
     def group(self) -> BudgetGroup | None:

@@ -13,10 +13,12 @@ from dataclasses import replace
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.config.settings import OBSERVE
 from opencode_autoretry.daemon.parts import describe
 from opencode_autoretry.decisions.caps import caps_line
 from opencode_autoretry.decisions.observed import OBSERVE_NOTE
+from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.records import status_json as notify_status
 from opencode_autoretry.notifications.records import status_lines as notify_status_lines
 from opencode_autoretry.plugin_bridge.protocol import Command, Reply
@@ -26,6 +28,7 @@ from opencode_autoretry.terminal_text import visible
 if TYPE_CHECKING:  # `autoretry status` imports this module: it needs no scheduler
     from opencode_autoretry.config.load import Config
     from opencode_autoretry.daemon.actions import Actions
+    from opencode_autoretry.daemon.alerts import WaitingAlerts
     from opencode_autoretry.daemon.gap import GapReview
     from opencode_autoretry.daemon.goals.guard import GoalGuard
     from opencode_autoretry.daemon.parts import PartHealth
@@ -63,6 +66,8 @@ class Loop(Protocol):
     def config(self) -> Config: ...
     @property
     def spend(self) -> dict[str, tuple[str, TurnSpend]]: ...
+    @property
+    def alerts(self) -> WaitingAlerts: ...
 
 USAGE = "usage: /autoretry [on|off|status] [here] | goal [<shell command>|off]"
 
@@ -130,7 +135,10 @@ def _status_line(loop: Loop, session_id: str | None) -> str:
             if ledger.exhausted:
                 parts.append("exhausted: " + ", ".join(sorted(ledger.exhausted)))
         pending = loop.actions.pending.get(session_id)
-        if pending is not None:
+        if pending is not None and pending.group is BudgetGroup.QUOTA:
+            parts.append(f"waiting for the quota reset (continuing at {pending.due:%H:%M:%S} "
+                         "UTC; any message cancels it)")
+        elif pending is not None:
             parts.append(f"retry pending ({pending.group}, due {pending.due:%H:%M:%S} UTC)")
         parts += _goal_and_spend(loop, session_id, turn_id)
     return "autoretry: " + " · ".join(parts)
@@ -173,21 +181,25 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         "owners": {**{s: w.pid for s, w in waiting.items()},
                    **{v.session_id: pids[v.owner] for v in views if v.owner in pids}},
         "gap_since": {s: w.since.isoformat() for s, w in waiting.items()},
-        "sessions": {v.session_id: _session_entry(v) for v in views},
+        "sessions": {v.session_id: _session_entry(v, loop.alerts) for v in views},
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
         "parts": loop.parts.report(),  # issue 11: the parts that do not work right now
         "lines": _line_counters(loop),
     }
 
 
-def _session_entry(view: SessionView) -> dict[str, Any]:
+def _session_entry(view: SessionView, alerts: WaitingAlerts) -> dict[str, Any]:
     """What ``status`` shows of a session: its status, owner and what it waits on (the asks
-    only the user can answer)."""
+    only the user can answer: their kinds, and what each asks since when, issue 23)."""
     entry: dict[str, Any] = {"status": view.status, "owner": view.owner}
     waiting = [name for name, asks in (("permission", view.permissions),
                                        ("question", view.questions)) if asks]
     if waiting:
         entry["waiting"] = waiting
+        asked = alerts.asked(view.session_id)
+        if asked:
+            entry["asked"] = [{"kind": a.kind, "what": a.what, "since": a.since.isoformat()}
+                              for a in asked]
     return entry
 
 
@@ -229,11 +241,7 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10,
              "user_aborted": ledger.user_aborted}
             for ledger in view.ledgers()[-decisions:]
         ],
-        "pending": [
-            {"id": i.id, "session_id": i.session_id, "state": i.state, "text": i.text,
-             "due": i.due.isoformat() if i.due else None}
-            for i in view.injections() if i.state in ("intent", "sent")
-        ],
+        "pending": _pending(view),
         "decisions": [
             {"id": d.id, "at": d.at.isoformat(), "session_id": d.session_id, "kind": d.kind,
              "action": d.action, "reason": d.reason, "observed": d.observed, "would": d.would}
@@ -247,6 +255,21 @@ def status_report(view: StoreView, now: datetime, decisions: int = 10,
             for g in view.goals(active=True)
         ],
     }
+
+
+def _pending(view: StoreView) -> list[dict[str, Any]]:
+    """Open continuations; a quota wait (issue 23) says so, with the reset it waits for."""
+    open_ones = [i for i in view.injections() if i.state in ("intent", "sent")]
+    quota = {d.id: d for d in view.decisions() if d.cause is Cause.QUOTA_WAIT} if open_ones else {}
+    pending = []
+    for i in open_ones:
+        entry: dict[str, Any] = {"id": i.id, "session_id": i.session_id, "state": i.state,
+                                 "text": i.text, "due": i.due.isoformat() if i.due else None}
+        waits = quota.get(i.decision_id)
+        if waits is not None and waits.facts.resets_at is not None:
+            entry["quota_resets_at"] = waits.facts.resets_at.isoformat()
+        pending.append(entry)
+    return pending
 
 
 def _dropped(report: Mapping[str, Any]) -> str:
@@ -286,7 +309,7 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
                  if b.get("dropped") or b.get("unknown") else "")
               for b in report["bridges"]]
     lines.append(f"watched sessions: {len(report['sessions'])}")
-    lines += [f"  {sid}  {s.get('status') or '?'}{_waiting_text(s)}"
+    lines += [f"  {sid}  {s.get('status') or '?'}{_waiting_text(s, zone)}"
               for sid, s in report["sessions"].items()]
     if report["no_owner"]:
         lines.append("no live owner (never injected): " + ", ".join(report["no_owner"]))
@@ -297,6 +320,8 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
         lines.append(f"  {t['session_id']} {t['turn_id']}: {used}{spent}")
     lines.append(f"pending retries: {len(report['pending'])}")
     lines += [f"  #{p['id']} {p['session_id']} {p['state']} due {local_time(p['due'], zone)}"
+              + (f"  (waiting for the quota reset at {local_time(p['quota_resets_at'], zone)})"
+                 if p.get("quota_resets_at") else "")
               for p in report["pending"]]
     lines.append("last decisions:")
     lines += [f"  {local_time(d['at'], zone)} {d['session_id']} {d['kind'] or '-'}: "
@@ -310,8 +335,13 @@ def render_status(report: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     return "\n".join(lines)
 
 
-def _waiting_text(entry: Mapping[str, Any]) -> str:
+def _waiting_text(entry: Mapping[str, Any], zone: tzinfo | None = None) -> str:
     waiting = entry.get("waiting")
     if not isinstance(waiting, list) or not waiting:
         return ""
+    asked = entry.get("asked")
+    if isinstance(asked, list) and asked and all(isinstance(a, Mapping) for a in asked):
+        return "  waiting on the user: " + "; ".join(
+            f"{visible(str(a.get('kind')))} ({visible(str(a.get('what')))}) since "
+            f"{local_time(str(a.get('since')), zone)}" for a in asked)
     return "  waiting on the user: " + ", ".join(str(w) for w in waiting)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, tzinfo
 from enum import StrEnum
 
 from opencode_autoretry.causes import Cause, Facts, skip_words
@@ -21,8 +21,10 @@ from opencode_autoretry.daemon.sessions import with_error
 from opencode_autoretry.decisions.budget import DecisionContext, PendingRetry, decide, new_ledger
 from opencode_autoretry.decisions.caps import Caps, cap_notice, over_cap, turn_spend
 from opencode_autoretry.decisions.classifier import classify
-from opencode_autoretry.decisions.fallback import FallbackChains, revise
+from opencode_autoretry.decisions.fallback import FallbackChains, next_model, revise
 from opencode_autoretry.decisions.policy import Policy
+from opencode_autoretry.decisions.quota import QuotaConfig
+from opencode_autoretry.decisions.reset_time import quota_reset
 from opencode_autoretry.goals.config import GoalConfig
 from opencode_autoretry.models import (
     Action,
@@ -77,9 +79,14 @@ class Judge:
         fallback: FallbackChains | None = None,
         caps: Caps | None = None,
         goal: GoalConfig | None = None,
+        quota: QuotaConfig | None = None,
+        zone: tzinfo | None = None,
     ) -> None:
         self._caps = caps or Caps()  # [caps]: per user turn, off by default (issue 22)
         self._goal = goal or GoalConfig()  # a goal turn always runs under the goal's own caps
+        self._quota = quota  # [quota]: wait for a usage window to reset (issue 23)
+        # Where a reset time without a zone ("resets at 3pm") is read: the machine's zone.
+        self._zone = zone or datetime.now().astimezone().tzinfo
         self._subagents = subagents  # [stall] subagents: hung children may be aborted
         self._scope = scope
         self._fallback = fallback  # [fallback]: the next model when this one can only fail
@@ -110,6 +117,8 @@ class Judge:
             turn = with_error(turn, error)
         if verdict is None:
             verdict = classify(turn, live, now=now, runaway_steps=self._runaway_steps)
+            if verdict.error is not None and verdict.kind in (Kind.RATE_LIMIT, Kind.TERMINAL):
+                verdict = replace(verdict, resets_at=quota_reset(verdict.error, now, self._zone))
         if verdict.kind in (Kind.HEALTHY, Kind.RUNNING):
             return Judgement(turn, verdict, None)
         return Judgement(turn, verdict, self.decide(turn, verdict, live, owner, pending, now))
@@ -134,10 +143,13 @@ class Judge:
             key, enabled = self._scope(session, turn, enabled)  # counted per parent turn
         ledger = self._store.load_ledger(session_id, key) or new_ledger(session_id, key)
         step = turn.last_step
+        switches = self._fallback is not None and owner in (Owner.LIVE, Owner.EXEC)
         context = DecisionContext(
             session_id=session_id, is_child=is_child, enabled=enabled, live=live,
             provider_id=step.provider_id if step else None, pending=pending,
-            subagents=self._subagents,
+            subagents=self._subagents, quota=self._quota,
+            fallback_ready=switches and self._fallback is not None
+            and next_model(turn, self._fallback) is not None,
         )
         decision, updated = decide(ledger, verdict, context, self._policy, now, self._rand())
         if self._fallback is not None and self._fallback.chains and owner in (
@@ -187,4 +199,4 @@ def judge_for(
     return Judge(store, db, config.policy, enabled=settings.enabled,
                  runaway_steps=settings.runaway_steps, rand=rand,
                  subagents=settings.stall_subagents, scope=scope, fallback=config.fallback,
-                 caps=config.caps, goal=config.goal)
+                 caps=config.caps, goal=config.goal, quota=config.quota)

@@ -22,6 +22,7 @@ from opencode_autoretry.clock import Clock
 from opencode_autoretry.config.load import Config
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.actions import Actions
+from opencode_autoretry.daemon.alerts import WaitingAlerts
 from opencode_autoretry.daemon.bridge_links import BridgeLinks
 from opencode_autoretry.daemon.db_rows import DbRowsIntake
 from opencode_autoretry.daemon.gap import GapReview
@@ -150,6 +151,7 @@ class Loop:
         if telemetry is not None:
             self.actions.listeners.append(telemetry.on_decision)
             self.actions.sent_listeners.append(telemetry.on_sent)
+        self.alerts = WaitingAlerts(self.sessions, store, self.db, self.notifications)  # 23
         self._recorded: dict[str, tuple[Action, str]] = {}  # trigger message -> last record
         self._last_evict: datetime | None = None
         self.gap = GapReview(self.sessions, store, self.db,  # issue 11: after a gap
@@ -289,6 +291,7 @@ class Loop:
             self.recovery.send_due(now)
             self.recovery.check_sent(now)
             self.notifications.tick(now)
+            self.alerts.tick(now)
             self._evict_idle(now)
             self.heartbeat.tick(now)
         except (DbError, sqlite3.Error) as exc:
@@ -375,6 +378,7 @@ class Loop:
             self._on_message_info(view, props.get("info"), now)
         else:
             track_event(self.sessions, view, kind, props)
+            self.alerts.on_event(session_id, kind, props, now)  # issue 23: "needs you"
 
     def _on_status(self, view: SessionView, status: Mapping[str, Any], now: datetime) -> None:
         kind = status.get("type")

@@ -35,6 +35,7 @@ from opencode_autoretry.decisions.policy import (
     GroupBudget,
     Policy,
 )
+from opencode_autoretry.decisions.quota import QuotaConfig
 from opencode_autoretry.goals.config import GoalConfig
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import NotifyConfig
@@ -155,9 +156,11 @@ KEYS_OF: Mapping[str, Callable[[], set[str]]] = {
     "telemetry": dataclass_keys("telemetry", TelemetryConfig),
     "goal": dataclass_keys("goal", GoalConfig),  # issue 22
     "caps": dataclass_keys("caps", Caps),
+    "quota": dataclass_keys("quota", QuotaConfig),  # issue 23
 }
 #: Settings' raw tables, each validated into one of Config's tables (listed by KEYS_OF).
-RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "telemetry", "goal", "caps"}
+RAW_TABLES = {"policy", "repetition", "todos", "notify", "fallback", "telemetry", "goal", "caps",
+              "quota"}
 
 
 def accepted() -> set[str]:

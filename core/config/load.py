@@ -28,6 +28,7 @@ from opencode_autoretry.config.settings import (
 from opencode_autoretry.decisions.caps import Caps, load_caps
 from opencode_autoretry.decisions.fallback import FallbackChains, check_models, load_fallback
 from opencode_autoretry.decisions.policy import Policy, load_policy
+from opencode_autoretry.decisions.quota import QuotaConfig, load_quota
 from opencode_autoretry.goals.config import GoalConfig, load_goal_config, with_goal_budget
 from opencode_autoretry.notifications.config import NotifyConfig, load_notify
 from opencode_autoretry.repetition.penalties import load_penalties
@@ -55,6 +56,7 @@ class Config:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     goal: GoalConfig = field(default_factory=GoalConfig)  # issue 22
     caps: Caps = field(default_factory=Caps)  # issue 22: spend caps per user turn
+    quota: QuotaConfig = field(default_factory=QuotaConfig)  # [quota] (issue 23)
 
 
 def parse_config(settings: Settings) -> Config:
@@ -71,6 +73,7 @@ def parse_config(settings: Settings) -> Config:
         telemetry=load_telemetry(settings.telemetry),
         goal=goal,
         caps=load_caps(settings.caps),
+        quota=load_quota(settings.quota),
     )
 
 

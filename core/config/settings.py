@@ -27,8 +27,8 @@ STALL_TABLE = "stall"
 STALL_KEYS = {"subagents": "stall_subagents"}
 #: Raw tables validated where they are used: ``[notify]``, ``[fallback]`` (issue 10),
 #: ``[telemetry]`` (issue 24), ``[goal]`` (``goals.config.load_goal_config``) and ``[caps]``
-#: (``decisions.caps.load_caps``) (issue 22).
-UNATTENDED_TABLES = ("notify", "fallback", "telemetry", "goal", "caps")
+#: (``decisions.caps.load_caps``) (issue 22), ``[quota]`` (issue 23).
+UNATTENDED_TABLES = ("notify", "fallback", "telemetry", "goal", "caps", "quota")
 
 
 #: ``mode``: ``act`` carries decisions out; ``observe`` judges and records what it would have
@@ -92,6 +92,7 @@ class Settings:
     def observing(self) -> bool:
         """Observe mode: decisions are judged and recorded, nothing is carried out."""
         return self.mode == OBSERVE
+    quota: Mapping[str, Any] = field(default_factory=dict)  # raw [quota] table (issue 23)
 
 
 _PATH_FIELDS = {"opencode_db", "store", "socket", "log_dir"}

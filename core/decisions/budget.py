@@ -30,6 +30,7 @@ from opencode_autoretry.decisions.policy import (  # re-exported: settings.py na
 from opencode_autoretry.decisions.policy import (
     load_policy as load_policy,
 )
+from opencode_autoretry.decisions.quota import QuotaConfig, waits_for_reset
 from opencode_autoretry.decisions.subagents import decide_subagent_stall
 from opencode_autoretry.models import (
     Action,
@@ -66,6 +67,10 @@ class DecisionContext:
     provider_id: str | None = None
     pending: PendingRetry | None = None  # a retry already scheduled for this turn
     subagents: bool = True  # ``[stall] subagents``: abort hung child sessions (issue 9)
+    # ``[quota]`` (issue 23): None never waits for a usage window (the behaviour before it).
+    quota: QuotaConfig | None = None
+    # A ``[fallback]`` chain has a model this turn has not tried: it switches instead of waiting.
+    fallback_ready: bool = False
 
 
 # --- turns ---------------------------------------------------------------------------------
@@ -178,8 +183,11 @@ class _Refusal:
     facts: Facts = Facts()
 
 
-def _gate(ledger: TurnLedger, verdict: Verdict, context: DecisionContext) -> _Refusal | None:
-    """Why not to send anything for this verdict, or None when budgets decide."""
+def _gate(
+    ledger: TurnLedger, verdict: Verdict, context: DecisionContext, *, quota: bool = False
+) -> _Refusal | None:
+    """Why not to send anything for this verdict, or None when budgets decide. ``quota``: the
+    verdict is a usage window to wait out, whose kind alone would never send."""
     if not context.enabled:
         return _Refusal(Cause.OFF)
     if context.is_child is None:
@@ -188,9 +196,9 @@ def _gate(ledger: TurnLedger, verdict: Verdict, context: DecisionContext) -> _Re
         return _Refusal(Cause.CHILD_SESSION)
     if ledger.user_aborted:
         return _Refusal(Cause.USER_ABORT)
-    if verdict.kind in _NEVER_SENDS:
+    if verdict.kind in _NEVER_SENDS and not quota:
         return _Refusal(_NEVER_SENDS[verdict.kind])
-    if verdict.group is None:
+    if verdict.group is None and not quota:
         return _Refusal(Cause.NOT_RETRIED)
     live = live_refusal(context.live)
     if live is None and context.live.busy and verdict.kind not in ABORT_KINDS:
@@ -368,6 +376,52 @@ def _spend(
     return decision, _spent(ledger, group, verdict.message_id)
 
 
+def _quota_applies(verdict: Verdict, context: DecisionContext, now: datetime) -> bool:
+    """Wait for the usage window: ``[quota]`` is on, no fallback model would be switched to,
+    and the verdict names a reset beyond OpenCode's own retries (``quota.waits_for_reset``)."""
+    return (context.quota is not None and not context.fallback_ready
+            and waits_for_reset(verdict, now))
+
+
+def _wait_for_quota(
+    ledger: TurnLedger, verdict: Verdict, context: DecisionContext, policy: Policy,
+    now: datetime, rand: float,
+) -> tuple[Decision, TurnLedger]:
+    """ONE continuation at the reset plus jitter, spent from the ``quota`` group; a reset
+    beyond ``[quota] max_wait`` (or a spent quota budget) gives up and notifies instead."""
+    quota, reset = context.quota, verdict.resets_at
+    assert quota is not None and reset is not None  # _quota_applies checked both
+    group = BudgetGroup.QUOTA
+    if group in ledger.exhausted:
+        skip = _skip(ledger, verdict, _Refusal(Cause.GROUP_EXHAUSTED))
+        return replace(skip, group=group), ledger
+    budget = policy.budget_for(group, context.provider_id)
+    count = _Count(ledger.used_in(group), budget.max_retries, frozenset({group}), group.value)
+    facts = Facts(resets_at=reset)
+    if count.used >= count.limit:
+        decision, updated = _exhaust(ledger, verdict, count, Cause.BUDGET_SPENT, policy, facts)
+        return replace(decision, group=group), updated
+    due = quota.due(reset, rand)
+    wait = due - now
+    if wait.total_seconds() > quota.max_wait:
+        why = (f"the usage limit resets at {reset:%Y-%m-%d %H:%M} UTC, in "
+               f"{wait.total_seconds() / 3600:.1f} h: longer than [quota] max_wait "
+               f"({quota.max_wait / 3600:g} h)")
+        decision, updated = _exhaust(ledger, verdict, count, Cause.GAVE_UP, policy,
+                                     replace(facts, give_up=why))
+        text = f"autoretry: {why} — waiting for you."
+        return replace(decision, group=group, text=text), updated
+    decision = Decision(
+        action=Action.INJECT_AT, cause=Cause.QUOTA_WAIT,
+        facts=replace(facts, detail=verdict.reason, budget_label=group.value,
+                      delay_s=wait.total_seconds()),
+        session_id=ledger.session_id, turn_id=ledger.turn_id, kind=verdict.kind, group=group,
+        text=policy.text("quota"), due=due, used_before=count.used,
+        used_after=count.used + 1, limit=count.limit,
+    )
+    return decision, _spent(ledger, group, verdict.message_id)
+
+
 def _spent(ledger: TurnLedger, group: BudgetGroup, message_id: str | None) -> TurnLedger:
     used = {**ledger.used, group: ledger.used_in(group) + 1}
     handled = ledger.handled | {message_id} if message_id is not None else ledger.handled
@@ -398,9 +452,12 @@ def decide(
     if verdict.kind is Kind.USER_ABORT:
         aborted = _Refusal(Cause.USER_ABORT)
         return _skip(ledger, verdict, aborted), replace(ledger, user_aborted=True)
-    refusal = _gate(ledger, verdict, context)
+    quota = _quota_applies(verdict, context, now)
+    refusal = _gate(ledger, verdict, context, quota=quota)
     if refusal is not None:
         return _skip(ledger, verdict, refusal), ledger
+    if quota:
+        return _wait_for_quota(ledger, verdict, context, policy, now, rand)
     group = verdict.group
     if group is not None and group in ledger.exhausted:
         return _skip(ledger, verdict, _Refusal(Cause.GROUP_EXHAUSTED)), ledger

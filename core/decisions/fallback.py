@@ -151,6 +151,13 @@ def _tried(turn: Turn) -> list[str]:
     return [m for i, m in enumerate(models) if m and m not in models[:i]]
 
 
+def next_model(turn: Turn, chains: FallbackChains) -> str | None:
+    """The chain's next model this turn has not tried, if any (a switch would go there)."""
+    tried = _tried(turn)
+    chain = chains.chain_for(tried[0] if tried else None)
+    return next((m for m in chain if m not in tried), None)
+
+
 def revise(
     decision: Decision, ledger: TurnLedger, verdict: Verdict, turn: Turn,
     context: DecisionContext, chains: FallbackChains, policy: Policy, now: datetime,

@@ -64,6 +64,8 @@ DEFAULT_BUDGETS: Mapping[BudgetGroup, GroupBudget] = {
     BudgetGroup.TODOS: GroupBudget(max_retries=3, initial_delay=5.0, max_delay=5.0),
     # Set from ``[goal] max_continuations`` (core/goals/config.py): 10, at once.
     BudgetGroup.GOAL: GroupBudget(max_retries=10),
+    # Waits for a usage window to reset (issue 23; ``[quota]``): the delay is the reset's.
+    BudgetGroup.QUOTA: _AT_ONCE_2,
 }
 
 #: Server hints (Retry-After) are honoured but kept sane: at least 100 ms, at most 5 minutes.
@@ -135,6 +137,7 @@ DEFAULT_MESSAGES: Mapping[str, str] = {
         "Continue from where it stopped."
     ),
     "exhausted": "autoretry: retried {used} times, still failing ({group}) — waiting for you.",
+    "quota": "Continue. The usage limit has reset; pick up where you stopped.",
     # Only a fallback: the todo guard sends ``[todos] message`` with the todos named.
     "unfinished_todos": (
         "If your last reply asked the user for a decision, an approval, a file or any other "

@@ -20,13 +20,16 @@ from opencode_autoretry.config.settings import ConfigError
 from opencode_autoretry.notifications.apprise_urls import AppriseUrlError, check_urls, url_secrets
 
 EVENTS = ("gave_up", "terminal", "loop_stopped", "stall_unrecovered", "recovered", "goal_met",
-          "goal_given_up")
+          "goal_given_up", "waiting_quota", "waiting")
 DEFAULT_EVENTS: frozenset[str] = frozenset(EVENTS) - {"recovered"}
 FORMATS = ("json", "slack", "ntfy")
 DEFAULT_MAX_PER_HOUR = 20
 DEFAULT_TIMEOUT_S = 10.0
+#: How long a root session waits on a permission or a question before ``waiting`` (issue 23).
+DEFAULT_WAITING_AFTER_S = 120.0
+MAX_WAITING_AFTER_S = 86400.0
 _KEYS = ("desktop", "command", "webhook", "webhook_format", "events", "max_per_hour", "timeout",
-         "urls")
+         "urls", "waiting_after")
 
 
 class NotifyConfigError(ConfigError):
@@ -43,6 +46,7 @@ class NotifyConfig:
     max_per_hour: int = DEFAULT_MAX_PER_HOUR
     timeout: float = DEFAULT_TIMEOUT_S  # per attempt, per channel
     urls: tuple[str, ...] = ()  # Apprise URLs (issue 23): one "apprise" channel for them all
+    waiting_after: float = DEFAULT_WAITING_AFTER_S  # seconds an ask waits before ``waiting``
 
     @property
     def channels(self) -> tuple[str, ...]:
@@ -173,6 +177,9 @@ def load_notify(raw: object) -> NotifyConfig:
             values["urls"] = check_urls(table["urls"], "notify.urls")
         except AppriseUrlError as exc:
             raise NotifyConfigError(str(exc)) from None
+    if "waiting_after" in table:
+        values["waiting_after"] = _seconds(table["waiting_after"], 0.0, MAX_WAITING_AFTER_S,
+                                           "notify.waiting_after")
     return NotifyConfig(**{**config.__dict__, **values})
 
 

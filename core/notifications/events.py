@@ -35,6 +35,8 @@ class NotifyEvent(StrEnum):
     RECOVERED = "recovered"
     GOAL_MET = "goal_met"  # a goal's check passed (issue 22)
     GOAL_GIVEN_UP = "goal_given_up"  # a goal ended with its check still failing
+    WAITING_QUOTA = "waiting_quota"  # a usage window: one continuation once it resets (issue 23)
+    WAITING = "waiting"  # a root session waits on a permission or a question (issue 23)
     SUPPRESSED = "suppressed"  # the cap's one summary line
     TEST = "test"  # ``autoretry notify test``
 
@@ -47,6 +49,8 @@ def event_for(decision: Decision, *, is_child: bool | None) -> NotifyEvent | Non
     goal = _goal_event(decision)
     if goal is not None:
         return goal
+    if decision.cause is Cause.QUOTA_WAIT:
+        return NotifyEvent.WAITING_QUOTA
     if decision.action is Action.NOTIFY:
         if decision.kind is Kind.REPETITION:
             return NotifyEvent.LOOP_STOPPED
@@ -82,6 +86,8 @@ _HEADLINES: Mapping[NotifyEvent, str] = {
     NotifyEvent.RECOVERED: "recovered a turn",
     NotifyEvent.GOAL_MET: "met a goal",
     NotifyEvent.GOAL_GIVEN_UP: "gave up on a goal",
+    NotifyEvent.WAITING_QUOTA: "is waiting for a usage limit to reset",
+    NotifyEvent.WAITING: "needs you",
     NotifyEvent.SUPPRESSED: "held back notifications",
     NotifyEvent.TEST: "test notification",
 }
@@ -103,6 +109,10 @@ def resume_hint(event: NotifyEvent, session_id: str, directory: str | None) -> s
         return f"Fix the cause (credentials, quota or context), then {open_it} and send a message."
     if event in (NotifyEvent.RECOVERED, NotifyEvent.GOAL_MET):
         return f"Nothing to do; to look: {open_it}"
+    if event is NotifyEvent.WAITING_QUOTA:
+        return f"Nothing to do; any message you send in {open_it} cancels the wait."
+    if event is NotifyEvent.WAITING:
+        return f"Answer it: {open_it}"
     if event in (NotifyEvent.SUPPRESSED, NotifyEvent.TEST):
         return "Run `autoretry trace` to see every decision."
     return f"{open_it} and send a message (a new message starts fresh budgets)."
@@ -126,6 +136,13 @@ class Notification:
     detail: str | None = None  # the toast's text, e.g. "retried 2 times, still failing (…)"
     suppressed: int = 0
     observed: bool = False  # raised by a decision of observe mode: nothing was done
+    ask_id: str | None = None  # ``waiting``: the permission or question asked (issue 23)
+    asked: str | None = None  # ``waiting``: what it asks, one sanitised line
+
+    @property
+    def key(self) -> str | None:
+        """What makes it once-only beside session and event: the ask, else the turn."""
+        return self.ask_id or self.turn_id
 
     @property
     def headline(self) -> str:
@@ -143,7 +160,8 @@ class Notification:
         if self.event is NotifyEvent.SUPPRESSED:
             return f"{self.suppressed} more suppressed (more than the hourly cap)"
         name = f"'{self.title}'" if self.title else self.session_id
-        tried = f" after {self.attempts}/{self.budget}" if self.budget else ""
+        counted = self.budget and self.event not in (NotifyEvent.WAITING_QUOTA, NotifyEvent.WAITING)
+        tried = f" after {self.attempts}/{self.budget}" if counted else ""
         return f"{self.headline}{tried} in {name}: {self.detail or self.reason}"
 
     def as_json(self) -> dict[str, Any]:
@@ -154,6 +172,7 @@ class Notification:
             "attempts": self.attempts, "budget": self.budget, "time": self.time.isoformat(),
             "message": self.summary, "resume": self.resume, "decision_id": self.decision_id,
             "suppressed": self.suppressed, "observed": self.observed,
+            "ask": self.asked,
         }
 
 
@@ -166,9 +185,16 @@ def from_decision(
         title=session.title if session else None, directory=session.directory if session else None,
         turn_id=decision.turn_id, kind=str(decision.kind) if decision.kind else None,
         attempts=decision.used_after, budget=decision.limit, decision_id=decision_id,
-        detail=decision.text if decision.action is Action.NOTIFY else None,
+        detail=_detail(event, decision),
         observed=decision.observed and decision.action is not Action.SKIP,
     )
+
+
+def _detail(event: NotifyEvent, decision: Decision) -> str | None:
+    if event is NotifyEvent.WAITING_QUOTA and decision.facts.resets_at is not None:
+        reset = decision.facts.resets_at
+        return f"the usage limit resets at {reset:%Y-%m-%d %H:%M} UTC; continuing then, once"
+    return decision.text if decision.action is Action.NOTIFY else None
 
 
 # --- webhook bodies --------------------------------------------------------------------------

@@ -39,7 +39,8 @@ Exit status:
   75   autoretry gave up on a recoverable failure (budget exhausted), or with
        --until, gave up with the check still failing
   N    the command's own status when it failed in a way autoretry does not
-       recover (401, usage limit, crash, autoretry off)
+       recover (401, usage limit with no known reset, crash, autoretry off);
+       a usage limit whose reset is known is waited out, up to [quota] max_wait
   2    usage error (no command, not `opencode run`, --attach, --interactive) or a bad
        config.toml (one line naming the key)
 

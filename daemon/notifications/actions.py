@@ -125,13 +125,13 @@ class Notifications:
 
     def send(self, note: Notification, now: datetime) -> bool:
         """Throttle, record and queue one notification; True when it was queued."""
-        if already_notified(self._store, note.session_id, note.turn_id, str(note.event)):
+        if already_notified(self._store, note.session_id, note.key, str(note.event)):
             return False
-        admission = self.throttle.admit(note.session_id, note.turn_id, str(note.event), now)
+        admission = self.throttle.admit(note.session_id, note.key, str(note.event), now)
         if admission is Admission.DUPLICATE:
             return False
         if admission is Admission.CAPPED:
-            record_notification(self._store, now, note.session_id, note.turn_id, str(note.event),
+            record_notification(self._store, now, note.session_id, note.key, str(note.event),
                                 "*", "suppressed", decision_id=note.decision_id,
                                 message=self._clean(note.summary))
             log.info("notification %s for %s suppressed (hourly cap %d)", note.event,
@@ -145,7 +145,7 @@ class Notifications:
         ids: dict[str, int | None] = {}
         for channel in self._notifier.channel_names:
             ids[channel] = record_notification(
-                self._store, note.time, note.session_id, note.turn_id, str(note.event), channel,
+                self._store, note.time, note.session_id, note.key, str(note.event), channel,
                 "queued", decision_id=note.decision_id, message=self._clean(note.summary),
             )
         began = time.perf_counter()
