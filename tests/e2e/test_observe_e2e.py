@@ -222,7 +222,10 @@ def test_every_fault_of_the_corpus_is_judged_and_nothing_is_done(provider, daemo
     observed = {o["session_id"]: o for o in reversed(trace["observed"])}
     assert {f.name for f in CORPUS if sessions[f.name] in observed} == {
         f.name for f in CORPUS if f.name not in LEFT}
-    assert trace["continuations"] == [] and trace["subagent_aborts"] == []
+    # This test's sessions (the worker's OpenCode DB holds earlier tests' continuations too).
+    mine = set(sessions.values()) | {root}
+    assert [c for c in trace["continuations"] if c["session_id"] in mine] == []
+    assert trace["subagent_aborts"] == []  # from this test's own store
     assert all(o["would"].startswith("would ") for o in trace["observed"])
     summary = json.loads(d.cli("diagnose", "0", "--json").stdout)["summary"]
     assert summary["observed"]["count"] >= len(CORPUS) - len(LEFT)
