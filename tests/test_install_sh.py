@@ -18,12 +18,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from throwaway_home import INSTALL_SH, Sandbox, fingerprint, real_home_paths
+from throwaway_home import INSTALL_SH, Sandbox, sandboxed
 
 from opencode_autoretry.opencode.versions import TESTED_OPENCODE
 
@@ -37,16 +36,8 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
-    before = {path: fingerprint(path) for path in real_home_paths()}
-    runtime = Path(tempfile.mkdtemp(prefix="ar-run-"))  # short: a socket path has ~100 bytes
-    box = Sandbox(tmp_path, runtime)
-    try:
+    with sandboxed(tmp_path, "install.sh") as box:
         yield box
-    finally:
-        box.stop_daemons()
-        shutil.rmtree(runtime, ignore_errors=True)
-    after = {path: fingerprint(path) for path in real_home_paths()}
-    assert after == before, "install.sh touched the real home"
 
 
 def _ok(done: subprocess.CompletedProcess[str], what: str) -> str:

@@ -14,13 +14,12 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from throwaway_home import ROOT, RUN_TIMEOUT_S, Sandbox, fingerprint, real_home_paths
+from throwaway_home import ROOT, RUN_TIMEOUT_S, Sandbox, sandboxed
 
 from opencode_autoretry.opencode.versions import TESTED_OPENCODE
 from opencode_autoretry.plugin_bridge.install import SHIPPED
@@ -37,16 +36,8 @@ BRIDGE_IN_WHEEL = "opencode_autoretry/plugin_bridge/"
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Iterator[Sandbox]:
-    before = {path: fingerprint(path) for path in real_home_paths()}
-    runtime = Path(tempfile.mkdtemp(prefix="ar-run-"))  # short: a socket path has ~100 bytes
-    box = Sandbox(tmp_path, runtime)
-    try:
+    with sandboxed(tmp_path, "setup") as box:
         yield box
-    finally:
-        box.stop_daemons()
-        shutil.rmtree(runtime, ignore_errors=True)
-    after = {path: fingerprint(path) for path in real_home_paths()}
-    assert after == before, "setup touched the real home"
 
 
 def run(box: Sandbox, *argv: str | Path) -> subprocess.CompletedProcess[str]:

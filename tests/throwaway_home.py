@@ -10,8 +10,12 @@ pip config file are passed on).
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -157,3 +161,19 @@ def fingerprint(path: Path) -> tuple[object, ...] | None:
     except FileNotFoundError:
         return None
     return stat.st_ino, stat.st_mtime_ns, stat.st_size, stat.st_mode
+
+
+@contextmanager
+def sandboxed(tmp_path: Path, what: str) -> Iterator[Sandbox]:
+    """A Sandbox whose daemons are stopped at the end, and a check that ``what`` (install.sh,
+    setup) left the real home as it found it."""
+    before = {path: fingerprint(path) for path in real_home_paths()}
+    runtime = Path(tempfile.mkdtemp(prefix="ar-run-"))  # short: a socket path has ~100 bytes
+    box = Sandbox(tmp_path, runtime)
+    try:
+        yield box
+    finally:
+        box.stop_daemons()
+        shutil.rmtree(runtime, ignore_errors=True)
+    after = {path: fingerprint(path) for path in real_home_paths()}
+    assert after == before, f"{what} touched the real home"

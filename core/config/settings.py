@@ -10,7 +10,7 @@ import math
 import os
 import tomllib
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -106,6 +106,17 @@ RANGES: Mapping[str, tuple[float, float]] = {
     "stall_timeout": (1.0, 86400.0),  # seconds busy without progress
     "runaway_steps": (2, 1000),  # consecutive empty steps
 }
+
+
+def checked_table(raw: object, name: str, known: Collection[str]) -> Mapping[str, object]:
+    """A raw ``[name]`` table whose keys are all ``known``; else SettingsError naming them."""
+    if not isinstance(raw, Mapping):
+        raise SettingsError(f"{name} must be a table, got {type(raw).__name__}")
+    unknown = sorted(str(k) for k in raw if k not in known)
+    if unknown:
+        raise SettingsError(f"{name}: unknown key(s) {', '.join(unknown)} "
+                            f"(known: {', '.join(known)})")
+    return {str(k): v for k, v in raw.items()}
 
 
 def _field_types() -> dict[str, str]:

@@ -10,12 +10,11 @@ Off by default; the model cannot raise a cap (only config.toml sets them).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from opencode_autoretry.causes import Facts, spend_words
-from opencode_autoretry.config.settings import SettingsError
+from opencode_autoretry.config.settings import SettingsError, checked_table
 from opencode_autoretry.models import Turn
 
 MAX_COST = 1_000_000.0
@@ -94,22 +93,16 @@ _KEYS = {"max_turn_cost": MAX_COST, "max_turn_tokens": MAX_TOKENS,
 
 def load_caps(raw: object) -> Caps:
     """Validate the raw ``[caps]`` table; a bad key or value raises SettingsError naming it."""
-    if not isinstance(raw, Mapping):
-        raise SettingsError(f"caps must be a table, got {type(raw).__name__}")
-    unknown = sorted(str(k) for k in raw if k not in _KEYS)
-    if unknown:
-        raise SettingsError(f"caps: unknown key(s) {', '.join(unknown)} "
-                            f"(known: {', '.join(_KEYS)})")
     values: dict[str, object] = {}
-    for key, value in raw.items():
-        top = _KEYS[str(key)]
+    for key, value in checked_table(raw, "caps", _KEYS).items():
+        top = _KEYS[key]
         whole = key == "max_turn_tokens"
         kinds = int if whole else int | float
         if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value <= top:
             what = "a whole number" if whole else "a number"
             raise SettingsError(f"caps.{key} must be {what} above 0 and at most {top:g}, "
                                 f"got {value!r}")
-        values[str(key)] = value if whole else float(value)
+        values[key] = value if whole else float(value)
     return replace(Caps(), **values)  # type: ignore[arg-type]
 
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from opencode_autoretry.config.settings import SettingsError
+from opencode_autoretry.config.settings import SettingsError, checked_table
 from opencode_autoretry.decisions.caps import Caps
 from opencode_autoretry.decisions.policy import DEFAULT_BUDGETS, GroupBudget, Policy, PolicyError
 from opencode_autoretry.models import BudgetGroup
@@ -38,22 +38,16 @@ _RANGES: Mapping[str, tuple[float, float]] = {
 
 def load_goal_config(raw: object) -> GoalConfig:
     """Validate the raw ``[goal]`` table; a bad key or value raises SettingsError naming it."""
-    if not isinstance(raw, Mapping):
-        raise SettingsError(f"goal must be a table, got {type(raw).__name__}")
-    unknown = sorted(str(k) for k in raw if k not in _RANGES)
-    if unknown:
-        raise SettingsError(f"goal: unknown key(s) {', '.join(unknown)} "
-                            f"(known: {', '.join(_RANGES)})")
     values: dict[str, Any] = {}
-    for key, value in raw.items():
-        low, high = _RANGES[str(key)]
+    for key, value in checked_table(raw, "goal", _RANGES).items():
+        low, high = _RANGES[key]
         whole = key == "max_continuations"
         kinds = int if whole else int | float
         if isinstance(value, bool) or not isinstance(value, kinds) or not low <= value <= high:
             what = "a whole number" if whole else "a number"
             raise SettingsError(f"goal.{key} must be {what} from {low:g} to {high:g}, "
                                 f"got {value!r}")
-        values[str(key)] = value if whole else float(value)
+        values[key] = value if whole else float(value)
     return replace(GoalConfig(), **values)
 
 

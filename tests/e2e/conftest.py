@@ -139,7 +139,7 @@ def opencode_version(opencode_bin: Path) -> str:
     return binary_version(opencode_bin)
 
 
-def _private_socket_dir() -> Path:
+def private_socket_dir() -> Path:
     # Unix socket paths are limited to ~107 bytes: pytest's tmp_path can be too long.
     return Path(tempfile.mkdtemp(prefix="ar-e2e-", dir="/tmp"))
 
@@ -155,7 +155,7 @@ def shares_opencode(request: pytest.FixtureRequest) -> bool:
 def worker_socket() -> Iterator[Path]:
     """The socket path of this worker's shared OpenCode: every sharing test's daemon (or
     stand-in) listens here, one test at a time."""
-    directory = _private_socket_dir()
+    directory = private_socket_dir()
     yield directory / "daemon.sock"
     shutil.rmtree(directory, ignore_errors=True)
 
@@ -168,15 +168,10 @@ def shared_server(
     """One warm ``opencode serve`` per worker for the tests marked ``shared_opencode``
     (issue 20: a start and a warm-up turn cost about 3.5 s of wall and 2.5 s of CPU each).
     Its bridge retries the socket every 250 ms, so each test's new daemon is found at once."""
-    server = OpenCodeServer.start(opencode_bin, opencode_home, {
-        "AUTORETRY_SOCKET": str(worker_socket), "AUTORETRY_BRIDGE_RECONNECT_MAX_MS": "250"})
-    record("opencode_start", server.started_in)
-    server.warm_up()
-    fake_provider.reset()
-    shared = SharedServer(server)
-    shared.forget_all()
+    shared = SharedServer.launch(opencode_bin, opencode_home, worker_socket, fake_provider.reset)
+    record("opencode_start", shared.server.started_in)
     yield shared
-    server.stop()
+    shared.server.stop()
 
 
 @pytest.fixture
@@ -185,7 +180,7 @@ def socket_path(request: pytest.FixtureRequest) -> Iterator[Path]:
     OpenCode's, and at its end every session the test made is aborted and deleted (its
     bridge forgets it: the next test's daemon must not find it owned)."""
     if not shares_opencode(request):
-        directory = _private_socket_dir()
+        directory = private_socket_dir()
         yield directory / "daemon.sock"
         shutil.rmtree(directory, ignore_errors=True)
         return

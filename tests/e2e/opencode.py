@@ -509,6 +509,20 @@ class SharedServer:
         server.shared = True
         self._before: set[str] = set()
 
+    @classmethod
+    def launch(cls, binary: Path, home: OpenCodeHome, socket: Path,
+               warmed: Callable[[], None]) -> SharedServer:
+        """Started on ``socket`` with a bridge that retries it every 250 ms (each test's new
+        daemon is found at once), warmed by one turn (``warmed`` then runs: the fake provider
+        forgets it), and with no session left over."""
+        server = OpenCodeServer.start(binary, home, {
+            "AUTORETRY_SOCKET": str(socket), "AUTORETRY_BRIDGE_RECONNECT_MAX_MS": "250"})
+        server.warm_up()
+        warmed()
+        shared = cls(server)
+        shared.forget_all()
+        return shared
+
     def _session_ids(self) -> set[str]:
         return {str(s["id"]) for s in self.server.ok("GET", "/session")}
 

@@ -20,7 +20,7 @@ from fake_goals import install as install_goals
 from fake_todos import install as install_todos
 from test_daemon_e2e import connect, decisions, injected, injections, toast
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 30.0
 EXIT_GAVE_UP = 75
@@ -251,6 +251,7 @@ def run_cli(d: DaemonProcess, *args: str) -> str:
 
 
 
+@pytest.mark.own_opencode  # starts OpenCode itself
 def test_e_a_pending_question_a_user_abort_and_off_leave_the_goal_unchecked(
     provider, daemon, start_opencode, tmp_path
 ):

@@ -38,7 +38,7 @@ from test_exec_e2e import run_exec
 
 from opencode_autoretry.decisions.observed import OBSERVE_TITLE
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 60.0  # every session's decision, all side by side on a loaded 2-core machine
 STALL_TIMEOUT_S = 8.0  # long enough that 14 cold turns at once do not look stalled

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from daemon_process import wait_until
 from fake_provider import FakeProvider
-from opencode import OpenCodeHome, ensure_opencode, warm_home
+from opencode import OpenCodeHome, SharedServer, ensure_opencode, warm_home
 from soak_driver import Soak, SoakOptions
 from test_daemon_e2e import (
     connect,
@@ -33,7 +36,7 @@ from test_daemon_e2e import test_s11_off_leaves_faults_alone_and_on_recovers as 
 from test_soak_e2e import log_of
 from versions import OLDEST_SUPPORTED, behaviour
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 TURN = 30.0
 
@@ -53,6 +56,24 @@ def opencode_home(
     opencode_bin: Path, fake_provider: FakeProvider, tmp_path_factory: pytest.TempPathFactory
 ) -> OpenCodeHome:
     return warm_home(opencode_bin, tmp_path_factory.mktemp("opencode-older"), fake_provider.url)
+
+
+@pytest.fixture(scope="module")
+def worker_socket() -> Iterator[Path]:
+    """This module's own: the 1.18 OpenCode the worker shares keeps its bridge on the
+    session's, and must not meet this module's daemons."""
+    directory = Path(tempfile.mkdtemp(prefix="ar-e2e-", dir="/tmp"))
+    yield directory / "daemon.sock"
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def shared_server(opencode_bin: Path, opencode_home: OpenCodeHome, worker_socket: Path,
+                  fake_provider: FakeProvider) -> Iterator[SharedServer]:
+    """One warm 1.17.11 OpenCode for this module's scenarios (the soak starts its own)."""
+    shared = SharedServer.launch(opencode_bin, opencode_home, worker_socket, fake_provider.reset)
+    yield shared
+    shared.server.stop()
 
 
 @pytest.fixture

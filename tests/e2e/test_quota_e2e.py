@@ -29,7 +29,7 @@ from test_daemon_e2e import (
     injections,
 )
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.shared_opencode]
 
 RESET_S = 20.0
 CONTINUE = "Continue. The usage limit has reset"
