@@ -84,11 +84,15 @@ FAILURES = (
 class Builder:
     """Generates rows in creation order and writes them with executemany."""
 
-    def __init__(self, total: int, seed: int = 7) -> None:
+    def __init__(
+        self, total: int, seed: int = 7, failure_rate: float = FAILURE_RATE, base_ms: int = BASE_MS
+    ) -> None:
         self.total = total
+        self.failure_rate = failure_rate
+        self.base_ms = base_ms
         self.random = random.Random(seed)
         self.step_ms = max(1, SPAN_MS // total)
-        self.clock = BASE_MS
+        self.clock = base_ms
         self.counter = 0
         self.messages: list[tuple] = []
         self.parts: list[tuple] = []
@@ -184,7 +188,7 @@ class Builder:
         for _ in range(self.random.randint(0, 3)):
             self.step(sid, user, "tool")
             written += 1
-        if self.random.random() < FAILURE_RATE * (written + 1):
+        if self.random.random() < self.failure_rate * (written + 1):
             kind = self.random.choice(FAILURES)
             for _ in range(7 if kind == "runaway" else 1):
                 self.step(sid, user, kind)
@@ -209,7 +213,7 @@ class Builder:
         conn.execute(
             "INSERT INTO project (id, worktree, vcs, time_created, time_updated, sandboxes)"
             " VALUES (?, '/work/project', 'git', ?, ?, '[]')",
-            (PROJECT_ID, BASE_MS, BASE_MS),
+            (PROJECT_ID, self.base_ms, self.base_ms),
         )
         written = 0
         with conn:
@@ -461,13 +465,19 @@ def print_ratios(results: dict[str, tuple[float, float, float]]) -> None:
         print(f"diagnose {days} vs prior art: {wall:.1f}x (median wall), {cpu:.1f}x (CPU)")
 
 
-def ensure_db(size: int, base: Path) -> Path:
-    path = base / f"opencode-1.18.33-{size}.db"
+def ensure_db(
+    size: int, base: Path, failure_rate: float = FAILURE_RATE, base_ms: int = BASE_MS
+) -> Path:
+    """The cached DB of ``size`` messages (built first if missing): its 30 days start at
+    ``base_ms`` (default: the fixed date the in-process figures use)."""
+    rate = "" if failure_rate == FAILURE_RATE else f"-failing{failure_rate:g}"
+    start = "" if base_ms == BASE_MS else f"-from{base_ms}"
+    path = base / f"opencode-1.18.33-{size}{rate}{start}.db"
     if not path.exists():
         partial = path.with_suffix(".building")
         partial.unlink(missing_ok=True)
         started = time.perf_counter()
-        Builder(size).build(partial)
+        Builder(size, failure_rate=failure_rate, base_ms=base_ms).build(partial)
         partial.rename(path)
         print(f"built {path} in {time.perf_counter() - started:.1f} s", flush=True)
     return path
