@@ -115,6 +115,8 @@ def prepared_index(settings: Settings, rebuild: bool, skip: bool) -> IndexedRepo
     """The report index of OpenCode's DB, up to date (a progress bar while it is built)."""
     if skip:
         return None
+    if not rebuild and _scanned_first(settings):
+        return None
     from opencode_autoretry.diagnostics.index.report_index import prepare
     from opencode_autoretry.diagnostics.progress import scan_progress
 
@@ -122,6 +124,26 @@ def prepared_index(settings: Settings, rebuild: bool, skip: bool) -> IndexedRepo
         return prepare(
             settings.opencode_db, settings.store.parent, progress=progress, rebuild=rebuild
         )
+
+
+def _scanned_first(settings: Settings) -> bool:
+    """A large database without a usable index: this report scans (as fast as ever) and the
+    index is built in the background once the report is out (index/background.py)."""
+    from opencode_autoretry.diagnostics.index.background import scan_instead, start_build
+
+    why = scan_instead(settings.opencode_db, settings.store.parent)
+    if why is None:
+        return False
+    if why == "building":
+        click.echo("autoretry: the report index is being built in the background; "
+                   "scanning the database this time", err=True)
+        return True
+    click.echo("autoretry: no report index of this database yet: scanning it this time; "
+               "the index is built in the background for the next reports", err=True)
+    click.get_current_context().call_on_close(
+        lambda: start_build(settings.opencode_db, settings.store.parent, settings.runaway_steps)
+    )
+    return True
 
 
 @click.command("diagnose")

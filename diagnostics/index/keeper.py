@@ -60,7 +60,7 @@ class IndexKeeper:
         from opencode_autoretry.opencode.dbtypes import DbError
 
         try:
-            changed = self._update()
+            changed = self._locked_update()
         except (DbError, IndexError_, OSError) as exc:
             if not self._failing:
                 log.warning("report index not updated: %s (retrying every %.0fs)", exc,
@@ -76,6 +76,14 @@ class IndexKeeper:
         self.rounds += 1
         if changed:
             log.debug("report index updated (round %d)", self.rounds)
+
+    def _locked_update(self) -> bool:
+        """``_update`` under the build lock; nothing (False) while another process builds."""
+        from opencode_autoretry.diagnostics.index.build_lock import build_lock
+        from opencode_autoretry.diagnostics.index.step_index import index_file
+
+        with build_lock(index_file(self.state_dir, self.db_path)) as mine:
+            return self._update() if mine else False
 
     def _update(self) -> bool:
         import sqlite3
