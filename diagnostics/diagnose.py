@@ -39,16 +39,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from opencode_autoretry.diagnostics.index.session_digest import (
-    Entry,
-    LazyFindings,
-    Objects,
-    cast_full,
-    kind_of,
-    loop_of,
-)
+from opencode_autoretry.diagnostics.index.session_digest import Key, LazyFindings, LightPart
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import (
     OK,
@@ -129,20 +122,28 @@ def read_health(db: OpenCodeDB, records: DaemonRecords, bridge_path: Path) -> He
     )
 
 
-def _group(found: Iterable[Entry]) -> dict[Kind, list[Entry]]:
-    by_kind: dict[Kind, list[Entry]] = {kind: [] for kind in ABNORMAL_KINDS}
+Tagged = TypeVar("Tagged")
+
+
+def _group(
+    found: Iterable[tuple[Tagged, ClassifiedStep]],
+) -> dict[Kind, list[tuple[Tagged, ClassifiedStep]]]:
+    """The abnormal findings by kind, in their order; a runaway loop once, at its first
+    step's place, shown by its newest step. Each keeps its tag (diagnose's key, or None)."""
+    by_kind: dict[Kind, list[tuple[Tagged, ClassifiedStep]]] = {k: [] for k in ABNORMAL_KINDS}
     looping: dict[tuple[str, str], int] = {}
-    for item in found:
-        kind = kind_of(item)
+    for tag, item in found:
+        kind = item.verdict.kind
         if kind not in by_kind:
             continue
         if kind is Kind.RUNAWAY:  # one row per loop: its newest step
-            key = loop_of(item)
+            key = (item.step.session_id, item.turn.id)
             if key in looping:
-                by_kind[kind][looping[key]] = item
+                place = looping[key]
+                by_kind[kind][place] = (by_kind[kind][place][0], item)
                 continue
             looping[key] = len(by_kind[kind])
-        by_kind[kind].append(item)
+        by_kind[kind].append((tag, item))
     return by_kind
 
 
@@ -182,7 +183,8 @@ def _from_digests(
     since: datetime | None,
     now: datetime,
     runaway_steps: int,
-) -> tuple[list[Entry], Objects] | None:
+    zone: tzinfo | None,
+) -> tuple[list[tuple[Key, ClassifiedStep]], LightPart] | None:
     """diagnose's findings from the report index's session digests (None: not on the index)."""
     # Imported here: a report that is not on the index never loads the index's modules.
     from opencode_autoretry.diagnostics.index.digest_findings import digest_findings
@@ -190,7 +192,9 @@ def _from_digests(
 
     if not (isinstance(memo, GroupMemo) and isinstance(db, IndexedDB) and memo.reads_digests):
         return None
-    return digest_findings(db, memo, records, since=since, now=now, runaway_steps=runaway_steps)
+    return digest_findings(
+        db, memo, records, since=since, now=now, runaway_steps=runaway_steps, zone=zone
+    )
 
 
 def _read_health(
@@ -253,11 +257,11 @@ def build_diagnose(
     since = window_start(now, days)
     if memo is not None:
         with paused_gc():  # ~10 000 light rows and fates: tuples the collector would walk
-            fast = _from_digests(db, memo, records, since, now, runaway_steps)
+            fast = _from_digests(db, memo, records, since, now, runaway_steps, zone)
             if fast is not None:
-                entries, objects = fast
+                keyed, light = fast
                 health_now = read_health(db, records, bridge_path)
-                return _report(db, records, days, since, now, health_now, entries, objects, zone)
+                return _report(db, records, days, since, now, health_now, keyed, light, zone)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
     with ThreadPoolExecutor(max_workers=SCAN_WORKERS) as pool, paused_gc():
@@ -286,7 +290,9 @@ def build_diagnose(
             db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True, memo=memo
         )
     found = relabel_daemon_aborts(found, records)
-    return _report(db, records, days, since, now, health.result(), found, None, zone)
+    return _report(
+        db, records, days, since, now, health.result(), ((None, i) for i in found), None, zone
+    )
 
 
 def _report(
@@ -296,19 +302,25 @@ def _report(
     since: datetime | None,
     now: datetime,
     health: Health,
-    found: Iterable[Entry],
-    objects: Objects | None,
+    found: Iterable[tuple[Key | None, ClassifiedStep]],
+    light: LightPart | None,
     zone: tzinfo | None,
 ) -> DiagnoseReport:
+    """``found`` in diagnose's order, with their keys when ``light`` adds the digests' rows."""
     injections = [i for i in records.injections if since is None or i.created >= since]
     grouped = _group(found)
     findings: dict[Kind, Sequence[ClassifiedStep]] = {
-        kind: LazyFindings(items, objects) if objects is not None else tuple(cast_full(items))
+        kind: (
+            LazyFindings(kind, cast(list[tuple[Key, ClassifiedStep]], items), light)
+            if light is not None
+            else tuple(item for _, item in items)
+        )
         for kind, items in grouped.items()
     }
     stops = tuple(s for s in repetition_stops(records) if since is None or s.decision.at >= since)
     summary = build_summary(
-        db, findings, records.since(since), stops, since=since, now=now, zone=zone
+        db, findings, records.since(since), stops, since=since, now=now, zone=zone,
+        tallied=light.tallies if light is not None else None,
     )
     return DiagnoseReport(
         days=days,

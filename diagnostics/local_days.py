@@ -13,7 +13,7 @@ from datetime import date, timedelta, tzinfo
 
 from opencode_autoretry.models import EPOCH
 
-_DAY_MS = 86_400_000
+DAY_MS = 86_400_000
 
 
 def _offset_ms(ms: int, zone: tzinfo | None) -> int:
@@ -35,19 +35,19 @@ class LocalDays:
         self._offsets: dict[int, int | None] = {}
         self._days: dict[int, date] = {}
 
-    def _offset(self, utc_day: int) -> int | None:
+    def offset(self, utc_day: int) -> int | None:
         """The day's offset in ms, None if it changes within the day."""
         if utc_day not in self._offsets:
-            first = _offset_ms(utc_day * _DAY_MS, self.zone)
-            last = _offset_ms((utc_day + 1) * _DAY_MS - 1, self.zone)
+            first = _offset_ms(utc_day * DAY_MS, self.zone)
+            last = _offset_ms((utc_day + 1) * DAY_MS - 1, self.zone)
             self._offsets[utc_day] = first if first == last else None
         return self._offsets[utc_day]
 
     def day(self, ms: int) -> date:
-        offset = self._offset(ms // _DAY_MS)
+        offset = self.offset(ms // DAY_MS)
         if offset is None:
             return exact_day(ms, self.zone)
-        number = (ms + offset) // _DAY_MS
+        number = (ms + offset) // DAY_MS
         found = self._days.get(number)
         if found is None:
             found = self._days[number] = (EPOCH + timedelta(days=number)).date()

@@ -15,23 +15,25 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, tzinfo
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from opencode_autoretry.diagnostics.index.session_digest import (
-    AT,
     EXTRA,
-    ID,
     NONE_YET,
-    Entry,
     Header,
-    LightRow,
+    Key,
+    LightPart,
     Objects,
     decode_digest,
+    decode_head,
     encode_digest,
+    encode_head,
     fits,
+    grouped,
 )
+from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.steps import (
     ABNORMAL_KINDS,
@@ -41,6 +43,13 @@ from opencode_autoretry.diagnostics.steps import (
     classify_streamed,
     lean_step,
     relabel_daemon_aborts,
+)
+from opencode_autoretry.diagnostics.summary.session_tally import (
+    SessionTally,
+    child_of,
+    days_hold,
+    found_counts,
+    session_tally,
 )
 from opencode_autoretry.models import to_epoch_ms
 from opencode_autoretry.opencode.dbtypes import ms_or_zero
@@ -71,8 +80,10 @@ def digest_findings(
     since: datetime | None,
     now: datetime,
     runaway_steps: int,
-) -> tuple[list[Entry], Objects]:
-    """The window's abnormal findings in diagnose's order (before grouping by kind)."""
+    zone: tzinfo | None = None,
+) -> tuple[list[tuple[Key, ClassifiedStep]], LightPart]:
+    """The window's abnormal findings built in full, in diagnose's order, with their keys
+    (the sessions classified now or with records), and the sessions counted from digests."""
     flags = repr((runaway_steps, False, True))
     window = _Window(db, since)
     index = db.index()
@@ -83,35 +94,43 @@ def digest_findings(
         "part", window.edge_part - 1
     )
     objects = Objects(memo.index_file, flags)
-    valid = memo.valid_digests(objects.digests(), now)
-    covered: dict[str, tuple[LightRow, ...]] = {}
+    valid = memo.valid_digests(objects.heads(), now)
+    covered: dict[str, SessionTally] = {}
     for sid in in_window - fresh:
         blob = valid.get(sid)
         if blob is not None:
-            header, rows = decode_digest(blob)
+            header, tally = decode_head(blob)
             if fits(header, window.low_message, window.low_part, window.cut_ms):
-                covered[sid] = rows
+                covered[sid] = tally
     uncovered = sorted((in_window | fresh) - covered.keys())
-    keyed = _classified(db, memo, window, uncovered, bool(fresh), now, runaway_steps, flags)
-    decided = {d.session_id for d in records.decisions}
-    light: list[LightRow] = []
-    built = [row for sid, rows in covered.items() if sid in decided for row in rows]
+    days = LocalDays(zone)
+    keyed = _classified(db, memo, window, uncovered, bool(fresh), now, runaway_steps, flags, days)
+    # Sessions with records are judged step by step (decisions, the turns of injections).
+    recorded = {d.session_id for d in records.decisions} | {
+        i.session_id for i in records.injections
+    }
+    built = [
+        row for rows in objects.rows(sorted(recorded & covered.keys())).values() for row in rows
+    ]
     objects.load(built)
     keyed += [(row[EXTRA], objects.item(row)) for row in built]
-    for sid, rows in covered.items():
-        if sid not in decided:
-            light += rows
     full = relabel_daemon_aborts([item for _, item in keyed], records)
-    light.sort(key=itemgetter(EXTRA, AT, ID))
-    if not full:
-        return list(light), objects
-    found: list[tuple[tuple[int, int, str], Entry]] = [
-        ((extra, to_epoch_ms(i.step.time_created), i.step.id), i)
-        for (extra, _), i in zip(keyed, full, strict=True)
-    ]
-    found += [((r[EXTRA], r[AT], r[ID]), r) for r in light]
-    found.sort(key=itemgetter(0))
-    return [entry for _, entry in found], objects
+    found = sorted(
+        (((extra, to_epoch_ms(i.step.time_created), i.step.id), i)
+         for (extra, _), i in zip(keyed, full, strict=True)),
+        key=itemgetter(0),
+    )
+    light = {sid: t for sid, t in covered.items() if sid not in recorded}
+    tallies = {sid: _recounted(objects, sid, t, days) for sid, t in light.items()}
+    return found, LightPart(objects, frozenset(light), tallies, found_counts(tallies.values()))
+
+
+def _recounted(objects: Objects, sid: str, tally: SessionTally, days: LocalDays) -> SessionTally:
+    """The digest's tally, counted again from its rows in a zone with other local days."""
+    if days_hold(tally, days):
+        return tally
+    rows = objects.rows([sid])[sid]
+    return session_tally(rows, child=child_of(tally), days=days)
 
 
 def _classified(
@@ -123,6 +142,7 @@ def _classified(
     now: datetime,
     runaway_steps: int,
     flags: str,
+    days: LocalDays,
 ) -> list[tuple[int, ClassifiedStep]]:
     """The abnormal findings of ``sessions`` in the window, each with its scan mark (1: found
     by the part scan alone), classified like build_diagnose; digested if the window is all."""
@@ -145,13 +165,14 @@ def _classified(
         db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True, memo=memo
     )
     if since is None and not fresh:
-        _digest(memo, flags, now, candidates, hits, streamed, extras)
+        _digest(db, memo, flags, now, candidates, hits, streamed, extras, days)
     return [(0, i) for i in streamed if i.verdict.kind in _ABNORMAL] + [
         (1, i) for i in extras if i.verdict.kind in _ABNORMAL
     ]
 
 
 def _digest(
+    db: IndexedDB,
     memo: GroupMemo,
     flags: str,
     now: datetime,
@@ -159,6 +180,7 @@ def _digest(
     hits: Sequence[tuple[int, str, str, int]],
     streamed: Sequence[ClassifiedStep],
     extras: Sequence[ClassifiedStep],
+    days: LocalDays,
 ) -> None:
     """Keep each settled session's findings for the next runs (``diagnose 0`` only: it saw
     every candidate of each session)."""
@@ -178,13 +200,19 @@ def _digest(
             if item.verdict.kind in _ABNORMAL:
                 items[sid].append((lean_step(item), extra))
     now_ms = to_epoch_ms(now)
-    for sid, bounds in header.items():
-        valid_from = newest[sid] + SETTLE_MS if sid in newest else 0
-        if now_ms < valid_from:
-            continue  # it may still change with the clock alone
+    settled = [s for s in header if now_ms >= (newest[s] + SETTLE_MS if s in newest else 0)]
+    parents = db.parent_ids(settled)
+    for sid in settled:
         found = sorted(
             items.get(sid, []),
             key=lambda pair: (pair[1], pair[0].step.time_created, pair[0].step.id),
         )
+        bounds = header[sid]
         bounds_t: Header = (bounds[0], bounds[1], bounds[2], bounds[3])
-        memo.keep_digest(sid, flags, valid_from, *encode_digest(bounds_t, found))
+        blob, heavy = encode_digest(bounds_t, found)
+        rows = decode_digest(blob)[1]
+        tally = session_tally(rows, child=bool(parents.get(sid)), days=days)
+        valid_from = newest[sid] + SETTLE_MS if sid in newest else 0
+        memo.keep_digest(
+            sid, flags, valid_from, blob, heavy, encode_head(bounds_t, tally), grouped(rows)
+        )

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from opencode_autoretry.diagnostics.index.memo_codec import decode, encode
-from opencode_autoretry.diagnostics.index.step_index import CandidateRow, StepIndex
+from opencode_autoretry.diagnostics.index.step_index import CandidateRow, Digest, StepIndex
 from opencode_autoretry.diagnostics.steps import (
     SETTLE_MS,
     ClassifiedStep,
@@ -184,7 +184,7 @@ class GroupMemo:
         self._entries: dict[str, tuple[str, int, int, bytes]] = {}
         self._links_read = False
         self._new: list[tuple[str, str, int, int, bytes]] = []
-        self._new_digests: list[tuple[str, str, int, int, bytes, bytes]] = []
+        self._new_digests: list[Digest] = []
         self.hits = 0
         self.misses = 0
 
@@ -241,7 +241,7 @@ class GroupMemo:
     def valid_digests(
         self, digests: dict[str, tuple[int, int, bytes]], now: datetime
     ) -> dict[str, bytes]:
-        """Of ``digests`` (session_id -> (gen, valid_from, blob)), the valid ones' blobs."""
+        """Of ``digests`` (session_id -> (gen, valid_from, head)), the valid ones' heads."""
         now_ms, gens = to_epoch_ms(now), self._gens
         return {
             sid: blob
@@ -250,10 +250,19 @@ class GroupMemo:
         }
 
     def keep_digest(
-        self, session_id: str, flags: str, valid_from: int, blob: bytes, heavy: bytes
+        self,
+        session_id: str,
+        flags: str,
+        valid_from: int,
+        blob: bytes,
+        heavy: bytes,
+        head: bytes,
+        grouped: Sequence[tuple[str, int, int, str, int]],
     ) -> None:
         gen = self._gens.get(session_id, 0)
-        self._new_digests.append((session_id, flags, gen, valid_from, blob, heavy))
+        self._new_digests.append(
+            (session_id, flags, gen, valid_from, blob, heavy, head, grouped)
+        )
 
     def _read(self, keys: Sequence[str]) -> None:
         wanted = [k for k in keys if k not in self._entries]

@@ -18,8 +18,10 @@ deletes it) and once every step in it is older than ``SETTLE`` (``valid_from``),
 
 from __future__ import annotations
 
+import itertools
 import marshal
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from operator import itemgetter
 from pathlib import Path
 from typing import Any, overload
 
@@ -35,6 +37,7 @@ Entry = ClassifiedStep | LightRow
 #: No row of that kind: never below a window's bounds.
 NONE_YET = 1 << 62
 KINDS = {k.value: k for k in Kind}
+RUNAWAY = Kind.RUNAWAY.value
 #: (lowest candidate rowid, its lowest creation ms, lowest markup part rowid, lowest ms).
 Header = tuple[int, int, int, int]
 
@@ -70,6 +73,38 @@ def decode_digest(blob: bytes) -> tuple[Header, tuple[LightRow, ...]]:
     return header, rows
 
 
+def encode_head(header: Header, tally: tuple[Any, ...]) -> bytes:
+    """What a report reads of every digest: where its candidates start, and its tally."""
+    return marshal.dumps((header, tally))
+
+
+def decode_head(blob: bytes) -> tuple[Header, tuple[Any, ...]]:
+    header, tally = marshal.loads(blob)
+    return header, tally
+
+
+#: One of diagnose's entries in the ``light`` table: (kind, extra, at, id, pos).
+Grouped = tuple[str, int, int, str, int]
+
+
+def grouped(rows: Sequence[LightRow]) -> list[Grouped]:
+    """A session's rows as diagnose lists them (``_group``): a runaway loop once, at its first
+    step's place, shown by its newest step. ``rows`` in diagnose's order."""
+    found: list[Grouped] = []
+    loops: dict[str, int] = {}
+    for row in rows:
+        entry = (row[KIND], row[EXTRA], row[AT], row[ID], row[POS])
+        if row[KIND] == RUNAWAY:
+            first = loops.get(row[TURN])
+            if first is not None:
+                kind, extra, at, mid, _ = found[first]
+                found[first] = (kind, extra, at, mid, row[POS])
+                continue
+            loops[row[TURN]] = len(found)
+        found.append(entry)
+    return found
+
+
 def fits(header: Header, low_message: int, low_part: int, cut_ms: int) -> bool:
     """Whether every candidate of the session lies inside the window."""
     row, at, part_row, part_at = header
@@ -95,8 +130,17 @@ class Objects:
         self._flags = flags
         self._decoded: dict[str, list[ClassifiedStep]] = {}
 
-    def digests(self) -> dict[str, tuple[int, int, bytes]]:
-        return self._index.digests(self._flags)
+    def heads(self) -> dict[str, tuple[int, int, bytes]]:
+        return self._index.digest_heads(self._flags)
+
+    def rows(self, sessions: Sequence[str]) -> dict[str, tuple[LightRow, ...]]:
+        """The light rows of these sessions' digests."""
+        found = self._index.digest_rows(self._flags, sessions)
+        return {sid: decode_digest(blob)[1] for sid, blob in found.items()}
+
+    def in_order(self, kind: Kind, newest_first: bool) -> Iterator[tuple[Any, ...]]:
+        """(extra, at, id, session_id, pos) of the kind's grouped rows of every digest."""
+        return self._index.light_in_order(self._flags, kind.value, newest_first)
 
     def _read(self, sessions: Sequence[str]) -> Mapping[str, bytes]:
         return self._index.digest_objects(self._flags, sessions)
@@ -115,19 +159,59 @@ class Objects:
         return self._decoded[sid][row[POS]]
 
 
-class LazyFindings(Sequence[ClassifiedStep]):
-    """A kind's findings where some are still light rows: ``len`` and the newest rows are
-    cheap; an item is built when it is read (``--limit 0`` reads them all)."""
+#: diagnose's order of an entry: (1 if found by the part scan alone, creation ms, id).
+Key = tuple[int, int, str]
 
-    def __init__(self, entries: Sequence[Entry], objects: Objects) -> None:
-        self.entries = tuple(entries)
-        self._objects = objects
+
+class LightPart:
+    """The sessions a report counts from their digests alone (no records about them): their
+    tallies, and their grouped rows in the index's ``light`` table."""
+
+    def __init__(
+        self,
+        objects: Objects,
+        sessions: frozenset[str],
+        tallies: Mapping[str, tuple[Any, ...]],
+        found: Mapping[str, int],
+    ) -> None:
+        """``found``: how many entries of each kind (its value) those sessions add."""
+        self.objects, self.sessions, self.tallies, self.found = objects, sessions, tallies, found
+
+    def rows(self, kind: Kind, newest_first: bool) -> Iterator[tuple[Key, LightRow]]:
+        """The kind's grouped rows of these sessions: (key, a row ``Objects.item`` reads)."""
+        sessions = self.sessions
+        for extra, at, mid, sid, pos in self.objects.in_order(kind, newest_first):
+            if sid in sessions:
+                yield (extra, at, mid), (extra, at, mid, sid, kind.value, *_UNREAD, pos)
+
+
+_UNREAD = (None,) * (POS - KIND - 1)
+
+
+class LazyFindings(Sequence[ClassifiedStep]):
+    """A kind's findings where most are still rows in the index: ``len`` and the newest
+    rows are cheap; an item is built when it is read (``--limit 0`` reads them all)."""
+
+    def __init__(
+        self, kind: Kind, full: Sequence[tuple[Key, ClassifiedStep]], light: LightPart
+    ) -> None:
+        self.kind, self.full, self._light = kind, tuple(full), light
+        self._count = len(self.full) + light.found.get(kind.value, 0)
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return self._count
 
-    def _full(self, entry: Entry) -> ClassifiedStep:
-        return self._objects.item(entry) if type(entry) is tuple else entry  # type: ignore[return-value]
+    def _entries(self, newest: int | None) -> list[tuple[Key, Entry]]:
+        """The newest ``newest`` entries (None: all), in diagnose's order."""
+        rows = self._light.rows(self.kind, newest_first=newest is not None)
+        light = list(rows if newest is None else itertools.islice(rows, newest))
+        merged: list[tuple[Key, Entry]] = sorted([*light, *self.full], key=itemgetter(0))
+        return merged if newest is None else merged[max(0, len(merged) - newest):]
+
+    def _built(self, entries: list[tuple[Key, Entry]]) -> list[ClassifiedStep]:
+        objects = self._light.objects
+        objects.load(e for _, e in entries if type(e) is tuple)
+        return [objects.item(e) if type(e) is tuple else e for _, e in entries]  # type: ignore[misc]
 
     @overload
     def __getitem__(self, index: int) -> ClassifiedStep: ...
@@ -136,15 +220,13 @@ class LazyFindings(Sequence[ClassifiedStep]):
     def __getitem__(self, index: slice) -> Sequence[ClassifiedStep]: ...
 
     def __getitem__(self, index: int | slice) -> ClassifiedStep | Sequence[ClassifiedStep]:
-        if isinstance(index, slice):
-            picked = self.entries[index]
-            self._objects.load(e for e in picked if type(e) is tuple)
-            return tuple(self._full(e) for e in picked)
-        return self._full(self.entries[index])
+        newest = _newest_slice(index, self._count)
+        if newest is not None:  # items[-n:], how the reports print a kind
+            return tuple(self._built(self._entries(newest)))
+        return list(self)[index]
 
     def __iter__(self) -> Iterator[ClassifiedStep]:
-        self._objects.load(e for e in self.entries if type(e) is tuple)
-        return (self._full(e) for e in self.entries)
+        return iter(self._built(self._entries(None)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Sequence):
@@ -154,9 +236,17 @@ class LazyFindings(Sequence[ClassifiedStep]):
     __hash__ = None  # type: ignore[assignment]
 
 
-def entries_of(found: Iterable[ClassifiedStep]) -> Iterable[Entry]:
-    """A kind's findings as entries: light rows where it still has them."""
-    return found.entries if isinstance(found, LazyFindings) else found
+def _newest_slice(index: int | slice, count: int) -> int | None:
+    """n when ``index`` is ``[-n:]`` (or ``[0:]``: all, newest first being no cheaper)."""
+    if not isinstance(index, slice) or index.step not in (None, 1) or index.stop is not None:
+        return None
+    start = index.start or 0
+    return -start if start < 0 else (count if start == 0 else None)
+
+
+def entries_of(found: Iterable[ClassifiedStep]) -> Iterable[ClassifiedStep]:
+    """A kind's findings built in full (a LazyFindings' others are counted from tallies)."""
+    return [item for _, item in found.full] if isinstance(found, LazyFindings) else found
 
 
 def kind_of(entry: Entry) -> Kind:

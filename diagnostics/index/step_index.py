@@ -24,13 +24,13 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from opencode_autoretry.store.sqlite_uri import readonly_uri
 
 #: Bump to make every existing index rebuild itself (its layout or meaning changed).
-INDEX_VERSION = "2"  # 2: the per-session digests
+INDEX_VERSION = "3"  # 2: the per-session digests; 3: their tallies and grouped rows
 BUSY_TIMEOUT_S = 30.0
 #: Keys per ``IN (...)`` query (SQLite's default limit of variables is 32 766 since 3.32).
 _IN_CHUNK = 500
@@ -58,15 +58,26 @@ CREATE TABLE IF NOT EXISTS memo (
 CREATE INDEX IF NOT EXISTS memo_session ON memo (session_id);
 CREATE TABLE IF NOT EXISTS digest (
     session_id TEXT NOT NULL, flags TEXT NOT NULL, gen INTEGER NOT NULL,
-    valid_from INTEGER NOT NULL, blob BLOB NOT NULL, heavy BLOB NOT NULL,
+    valid_from INTEGER NOT NULL, blob BLOB NOT NULL, heavy BLOB NOT NULL, tally BLOB NOT NULL,
     PRIMARY KEY (session_id, flags));
+CREATE TABLE IF NOT EXISTS light (
+    flags TEXT NOT NULL, kind TEXT NOT NULL, extra INTEGER NOT NULL, at INTEGER NOT NULL,
+    id TEXT NOT NULL, session_id TEXT NOT NULL, pos INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS light_order ON light (flags, kind, extra, at, id);
+CREATE INDEX IF NOT EXISTS light_session ON light (session_id);
+CREATE INDEX IF NOT EXISTS candidate_time ON candidate (time_created, row, session_id);
 CREATE INDEX IF NOT EXISTS candidate_session ON candidate (session_id, row);
 CREATE INDEX IF NOT EXISTS markup_session ON markup (session_id, row);
 """
 #: (rowid, id, session_id, time_created, role, parent as the scan groups it, parent as the
 #: classifier groups it, the row's JSON as the scan parsed it).
 CandidateRow = tuple[int, str, str, int, str, str, str, str]
-_TABLES = ("candidate", "markup", "marked", "open_row", "session_gen", "memo", "digest", "meta")
+#: (session_id, flags, gen, valid_from, light rows, objects, tally, grouped rows: (kind, extra,
+#: at, id, pos) each) of one session's digest (session_digest.py).
+Digest = tuple[str, str, int, int, bytes, bytes, bytes, Sequence[tuple[str, int, int, str, int]]]
+_TABLES = (
+    "candidate", "markup", "marked", "open_row", "session_gen", "memo", "digest", "light", "meta"
+)
 
 
 class IndexError_(Exception):
@@ -82,6 +93,18 @@ def index_file(state_dir: Path, db_path: Path) -> Path:
     # fsencode: a path from the shell may hold bytes that are not UTF-8 (surrogate escapes).
     key = hashlib.sha1(os.fsencode(Path(db_path).expanduser().resolve())).hexdigest()[:16]
     return state_dir / "report-index" / f"{key}.sqlite3"
+
+
+def _drop_older_layout(conn: sqlite3.Connection) -> None:
+    """An index of another version may lack columns of this one (``CREATE TABLE IF NOT
+    EXISTS`` keeps its tables): drop them, and the sync builds the index anew."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'version'").fetchone()
+    except sqlite3.OperationalError:
+        return  # a new file: no meta table yet
+    if row is not None and row[0] != INDEX_VERSION:
+        for table in _TABLES:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
 
 
 class StepIndex:
@@ -106,6 +129,7 @@ class StepIndex:
                 conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, check_same_thread=False)
                 conn.execute("PRAGMA journal_mode = WAL")
                 conn.execute("PRAGMA synchronous = NORMAL")
+                _drop_older_layout(conn)
                 conn.executescript(_SCHEMA)
         except sqlite3.OperationalError as exc:  # locked, unreadable, no space
             raise IndexError_(f"cannot open the report index {path}: {exc}") from exc
@@ -205,6 +229,7 @@ class StepIndex:
         )
         self.conn.executemany("DELETE FROM memo WHERE session_id = ?", sessions)
         self.conn.executemany("DELETE FROM digest WHERE session_id = ?", sessions)
+        self.conn.executemany("DELETE FROM light WHERE session_id = ?", sessions)
 
     def generations(self) -> dict[str, int]:
         return {s: g for s, g in self.conn.execute("SELECT session_id, gen FROM session_gen")}
@@ -247,29 +272,57 @@ class StepIndex:
     def drop_memo(self) -> None:
         self.conn.execute("DELETE FROM memo")
         self.conn.execute("DELETE FROM digest")
+        self.conn.execute("DELETE FROM light")
 
     # -- digests (session_digest.py) ---------------------------------------------------------
 
-    def digests(self, flags: str) -> dict[str, tuple[int, int, bytes]]:
-        """session_id -> (gen, valid_from, blob) of the digests made with ``flags``."""
-        sql = "SELECT session_id, gen, valid_from, blob FROM digest WHERE flags = ?"
-        return {s: (g, v, b) for s, g, v, b in self.conn.execute(sql, (flags,))}
+    def digest_heads(self, flags: str) -> dict[str, tuple[int, int, bytes]]:
+        """session_id -> (gen, valid_from, tally) of the digests made with ``flags``."""
+        sql = "SELECT session_id, gen, valid_from, tally FROM digest WHERE flags = ?"
+        return {s: (g, v, t) for s, g, v, t in self.conn.execute(sql, (flags,))}
 
-    def put_digests(self, entries: Iterable[tuple[str, str, int, int, bytes, bytes]]) -> None:
-        """(session_id, flags, gen, valid_from, blob, heavy) rows."""
-        self.conn.executemany(
-            "INSERT OR REPLACE INTO digest (session_id, flags, gen, valid_from, blob, heavy)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            entries,
+    def put_digests(self, entries: Iterable[Digest]) -> None:
+        """Each session's digest: its row and its grouped rows in ``light``."""
+        for sid, flags, gen, valid_from, blob, heavy, tally, grouped in entries:
+            self.conn.execute("DELETE FROM light WHERE session_id = ? AND flags = ?", (sid, flags))
+            self.conn.execute(
+                "INSERT OR REPLACE INTO digest"
+                " (session_id, flags, gen, valid_from, blob, heavy, tally)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (sid, flags, gen, valid_from, blob, heavy, tally),
+            )
+            self.conn.executemany(
+                "INSERT INTO light (flags, kind, extra, at, id, session_id, pos)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                ((flags, kind, extra, at, mid, sid, pos) for kind, extra, at, mid, pos in grouped),
+            )
+
+    def digest_rows(self, flags: str, sessions: Sequence[str]) -> dict[str, bytes]:
+        """The light rows part of these sessions' digests."""
+        return self._digest_column("blob", flags, sessions)
+
+    def light_in_order(
+        self, flags: str, kind: str, newest_first: bool
+    ) -> Iterator[tuple[int, int, str, str, int]]:
+        """(extra, at, id, session_id, pos) of a kind's grouped rows, in diagnose's order."""
+        way = "DESC" if newest_first else "ASC"
+        sql = (
+            "SELECT extra, at, id, session_id, pos FROM light WHERE flags = ? AND kind = ?"
+            f" ORDER BY extra {way}, at {way}, id {way}"
         )
+        return iter(self.conn.execute(sql, (flags, kind)))
 
     def digest_objects(self, flags: str, sessions: Sequence[str]) -> dict[str, bytes]:
         """The objects part of these sessions' digests (read only for the rows printed)."""
+        return self._digest_column("heavy", flags, sessions)
+
+    def _digest_column(self, column: str, flags: str, sessions: Sequence[str]) -> dict[str, bytes]:
+        assert column in ("blob", "heavy"), column
         found: dict[str, bytes] = {}
         for start in range(0, len(sessions), _IN_CHUNK):
             chunk = sessions[start : start + _IN_CHUNK]
             sql = (
-                "SELECT session_id, heavy FROM digest WHERE flags = ?"
+                f"SELECT session_id, {column} FROM digest WHERE flags = ?"
                 f" AND session_id IN ({','.join('?' * len(chunk))})"
             )
             found.update(self.conn.execute(sql, (flags, *chunk)))

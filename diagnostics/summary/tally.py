@@ -29,23 +29,21 @@ from operator import itemgetter
 from typing import Any, Final
 
 from opencode_autoretry.causes import Cause
-from opencode_autoretry.diagnostics.index.session_digest import (
-    AT,
-    ID,
-    KIND,
-    KINDS,
-    MODEL,
-    PARENT,
-    PROVIDER,
-    RETRYABLE,
-    SESSION,
-    LightRow,
-    entries_of,
-)
+from opencode_autoretry.diagnostics.index.session_digest import entries_of
 from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
 from opencode_autoretry.diagnostics.repetition_view import RepetitionStop
 from opencode_autoretry.diagnostics.steps import ABNORMAL_KINDS, ClassifiedStep
+from opencode_autoretry.diagnostics.summary.session_tally import (
+    KIND_COUNTS,
+    MODELS,
+    OWNERLESS,
+    STEPS,
+    TURNS,
+    SessionTally,
+    fate_without_decision,
+    local_days,
+)
 from opencode_autoretry.diagnostics.trace.report import Outcome, outcome_of, undelivered
 from opencode_autoretry.models import Kind, Role, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
@@ -202,7 +200,6 @@ class _Judge:
         self.by_decision: dict[int, list[InjectionRecord]] = defaultdict(list)
         for injection in records.injections:
             self.by_decision[injection.decision_id].append(injection)
-        self._light: dict[tuple[object, ...], tuple[str, str, str, str | None]] = {}
         self.turn_of_injected = {
             i.message_id: i.turn_id for i in records.injections if i.message_id and i.turn_id
         }
@@ -239,65 +236,10 @@ class _Judge:
             return (*facts, turn, "left_alone", _left_alone_reason(decision.cause))
         return (*facts, turn, "in_progress", None)  # a send whose intent is not recorded yet
 
-    def tally_light(self, row: LightRow, tallies: _Tallies) -> None:
-        """A digest's light row: its session has no decision (diagnose builds the others).
-        What ``judge`` gives, from a few values (cached: ~10 000 rows a report)."""
-        sid, parent = row[SESSION], row[PARENT]
-        assert sid not in self.of_session, "a session with decisions must be built in full"
-        key = (row[KIND], row[RETRYABLE], bool(self.parents.get(sid)), row[PROVIDER], row[MODEL])
-        facts = self._light.get(key)
-        if facts is None:
-            kind = KINDS[row[KIND]]
-            model = f"{row[PROVIDER] or '-'}/{row[MODEL] or '-'}"
-            why = self._without_decision(kind, row[RETRYABLE], sid)
-            facts = self._light[key] = (model, str(kind), *why)
-        turn = (sid, self.turn_of_injected.get(parent) or parent)
-        tallies.add(row[AT], row[ID], sid, facts[0], facts[1], turn, facts[2], facts[3])
-
-    def tally_all_light(self, rows: Sequence[LightRow], tallies: _Tallies) -> None:
-        """``tally_light`` then ``_Tallies.add`` for each row, in one loop (the usual case:
-        nothing built in full; a call per row was most of the summary's time)."""
-        light, parents, injected = self._light, self.parents, self.turn_of_injected
-        newest, sessions, days_failed = tallies.newest, tallies.sessions, tallies.days_failed
-        models, kinds, day_of = tallies.models, tallies.kinds, tallies.local.day
-        for row in rows:
-            sid, parent, at = row[SESSION], row[PARENT], row[AT]
-            key = (row[KIND], row[RETRYABLE], bool(parents.get(sid)), row[PROVIDER], row[MODEL])
-            assert sid not in self.of_session, "a session with decisions is built in full"
-            facts = light.get(key)
-            if facts is None:
-                kind = KINDS[row[KIND]]
-                model = f"{row[PROVIDER] or '-'}/{row[MODEL] or '-'}"
-                facts = light[key] = (model, str(kind), *self._without_decision(
-                    kind, row[RETRYABLE], sid))
-            model, kind_name, fate, why = facts
-            assert fate != "recovered"  # no decision: never recovered
-            sessions.add(sid)
-            newest[(sid, injected.get(parent) or parent)] = (fate, why)
-            days_failed[day_of(at)] += 1
-            counts = models.get(model)
-            if counts is None:
-                counts = models[model] = [(at, row[ID]), 0, 0]
-            counts[1] += 1
-            per_kind = kinds.get(kind_name)
-            if per_kind is None:
-                per_kind = kinds[kind_name] = [0, 0]
-            per_kind[0] += 1
-        tallies.steps += len(rows)
-
     def _without_decision(
         self, kind: Kind, retryable: bool, session_id: str
     ) -> tuple[str, str | None]:
-        """What the daemon would never have acted on anyway, else unattended."""
-        if kind is Kind.USER_ABORT:
-            return "left_alone", "user_abort"
-        if kind is Kind.ORPHAN:
-            return "left_alone", "no_owner"
-        if self.parents.get(session_id):
-            return "left_alone", "child"
-        if not retryable:
-            return "left_alone", "not_retryable"
-        return "unattended", None
+        return fate_without_decision(kind, retryable, bool(self.parents.get(session_id)))
 
 
 def _days(first: date, last: date) -> list[date]:
@@ -317,18 +259,22 @@ def _per_day(
 
 
 class _Tallies:
-    """What the summary counts of the failed steps, added one step at a time in creation
-    order (the light rows of a digest without building a tuple each: ~10 000 a report)."""
+    """What the summary counts of the failed steps: those judged one at a time, added in
+    creation order, and the sessions counted from their digests' tallies."""
 
     def __init__(self, zone: tzinfo | None) -> None:
         self.local = LocalDays(zone)
         self.steps = 0
         self.sessions: set[str] = set()
         self.newest: dict[tuple[str, str], tuple[str, str | None]] = {}  # turn -> its fate
+        self.turn_first: dict[tuple[str, str], tuple[int, str]] = {}  # turn -> its first step
         self.days_failed: Counter[date] = Counter()
         self.days_recovered: Counter[date] = Counter()
         self.models: dict[str, list[Any]] = {}  # model -> [first (at, id), failed, recovered]
         self.kinds: dict[str, list[int]] = {}  # kind -> [failed, recovered]
+        self.tallied_sessions = 0
+        self.tallied_turns: Counter[tuple[str, str | None]] = Counter()  # (fate, why) -> turns
+        self.ownerless: list[tuple[tuple[int, str], str]] = []  # (first step, session)
 
     def add(
         self, at: int, step_id: str, session_id: str, model: str, kind: str,
@@ -338,20 +284,62 @@ class _Tallies:
         self.steps += 1
         self.sessions.add(session_id)
         self.newest[turn] = (fate, why)
+        self.turn_first.setdefault(turn, (at, step_id))
         day = self.local.day(at)
         self.days_failed[day] += 1
         if ok:
             self.days_recovered[day] += 1
+        self._model(model, (at, step_id), 1, int(ok))
+        self._kind(kind, 1, int(ok))
+
+    def _model(self, model: str, first: tuple[int, str], failed: int, recovered: int) -> None:
         counts = self.models.get(model)
         if counts is None:
-            counts = self.models[model] = [(at, step_id), 0, 0]
-        counts[1] += 1
-        counts[2] += ok
+            self.models[model] = [first, failed, recovered]
+            return
+        counts[0] = min(counts[0], first)
+        counts[1] += failed
+        counts[2] += recovered
+
+    def _kind(self, kind: str, failed: int, recovered: int) -> None:
         per_kind = self.kinds.get(kind)
         if per_kind is None:
             per_kind = self.kinds[kind] = [0, 0]
-        per_kind[0] += 1
-        per_kind[1] += ok
+        per_kind[0] += failed
+        per_kind[1] += recovered
+
+    def add_tallies(self, tallies: Mapping[str, SessionTally]) -> None:
+        """Sessions without records, each counted once when its digest was made."""
+        for sid, tally in tallies.items():
+            if not tally[STEPS]:
+                continue
+            self.steps += tally[STEPS]
+            self.tallied_sessions += 1
+            for fate, why, turns in tally[TURNS]:
+                self.tallied_turns[(fate, why)] += turns
+            if tally[OWNERLESS] is not None:
+                at, step_id = tally[OWNERLESS]
+                self.ownerless.append(((at, step_id), sid))
+            for day, failed in local_days(tally):
+                self.days_failed[day] += failed
+            for model, at, first_id, failed in tally[MODELS]:
+                self._model(model, (at, first_id), failed, 0)
+            for kind, failed in tally[KIND_COUNTS]:
+                self._kind(kind, failed, 0)
+
+    def turn_fates(self) -> Counter[tuple[str, str | None]]:
+        """(fate, why) -> failed turns (a turn takes the fate of its newest failed step)."""
+        return Counter(self.newest.values()) + self.tallied_turns
+
+    def ownerless_sessions(self) -> tuple[str, ...]:
+        """Sessions with a failed turn left alone for want of a live owner, in the order of
+        their first such turn's first failure."""
+        found = [
+            (self.turn_first[turn], turn[0])
+            for turn, fate in self.newest.items()
+            if fate == ("left_alone", "no_owner")
+        ]
+        return tuple(dict.fromkeys(sid for _, sid in sorted(found + self.ownerless)))
 
 
 def _model(item: ClassifiedStep) -> str:
@@ -386,26 +374,6 @@ def _breakdowns(
     return models, kinds
 
 
-class _LightMark:
-    """A light row in the merged stream (a plain tuple would read as a fate)."""
-
-    __slots__ = ("row",)
-
-    def __init__(self, row: LightRow) -> None:
-        self.row = row
-
-
-def _merged(fates: list[_Fate], light: list[LightRow]) -> Iterable[_Fate | _LightMark]:
-    """Both streams in creation order (at, id)."""
-    if not fates:
-        return (_LightMark(r) for r in light)
-    keyed: list[tuple[tuple[int, str], _Fate | _LightMark]] = [
-        ((r[AT], r[ID]), _LightMark(r)) for r in light
-    ]
-    keyed += [((f[F_AT], f[F_ID]), f) for f in fates]
-    return (item for _, item in sorted(keyed, key=itemgetter(0)))
-
-
 def build_summary(
     db: OpenCodeDB,
     findings: Mapping[Kind, Sequence[ClassifiedStep]],
@@ -415,27 +383,21 @@ def build_summary(
     since: datetime | None,
     now: datetime,
     zone: tzinfo | None = None,
+    tallied: Mapping[str, SessionTally] | None = None,
 ) -> Summary:
-    """``records`` must already be limited to the window (``load_records(since=...)``)."""
-    entries = [e for found in findings.values() for e in entries_of(found)]
-    light = [e for e in entries if type(e) is tuple]
-    full = [e for e in entries if isinstance(e, ClassifiedStep)]
+    """``records`` must already be limited to the window (``load_records(since=...)``);
+    ``tallied``: sessions of the window counted from their digests (not in ``findings``)."""
+    full = [e for found in findings.values() for e in entries_of(found)]
     outcomes = continuation_outcomes(db, records.injections)
-    sessions = {e[SESSION] for e in light} | {i.step.session_id for i in full}
-    judge = _Judge(records, outcomes, _parents(db, sessions))
+    judge = _Judge(records, outcomes, _parents(db, {i.step.session_id for i in full}))
     tallies = _Tallies(zone)
-    fates = sorted((judge.judge(i) for i in full), key=itemgetter(F_AT, F_ID))
-    light.sort(key=itemgetter(AT, ID))  # creation order (a turn is all light or all built)
-    if fates:
-        for fate in _merged(fates, light):
-            if isinstance(fate, _LightMark):
-                judge.tally_light(fate.row, tallies)
-            else:
-                tallies.add(*fate)
-    else:
-        judge.tally_all_light(light, tallies)
-    turns = Counter(fate for fate, _ in tallies.newest.values())
-    why = Counter(reason for fate, reason in tallies.newest.values() if fate == "left_alone")
+    for judged in sorted((judge.judge(i) for i in full), key=itemgetter(F_AT, F_ID)):
+        tallies.add(*judged)
+    tallies.add_tallies(tallied or {})
+    turns = tallies.turn_fates()
+    by_fate: Counter[str] = Counter()
+    for (fate, _), count in turns.items():
+        by_fate[fate] += count
     actions: dict[str, Counter[str]] = defaultdict(Counter)
     for decision in records.decisions:
         actions[decision.action][decision.kind or "-"] += 1
@@ -445,27 +407,19 @@ def build_summary(
     models, kinds = _breakdowns(tallies, records)
     return Summary(
         failed_steps=tallies.steps,
-        failed_turns=len(tallies.newest),
-        failed_sessions=len(tallies.sessions),
-        turns={fate: turns[fate] for fate in FATES},
-        left_alone={reason: why[reason] for reason in LEFT_ALONE},
+        failed_turns=sum(turns.values()),
+        failed_sessions=len(tallies.sessions) + tallies.tallied_sessions,
+        turns={fate: by_fate[fate] for fate in FATES},
+        left_alone={reason: turns[("left_alone", reason)] for reason in LEFT_ALONE},
         loops=dict(Counter(s.taken for s in repetition)),
         continuations=dict(Counter(outcomes[i.id].status for i in records.injections)),
         decisions={a: dict(sorted(k.items())) for a, k in sorted(actions.items())},
         per_day=_per_day(tallies, since, now, zone),
         by_model=models,
         by_kind=kinds,
-        ownerless_sessions=_ownerless(tallies),
+        ownerless_sessions=tallies.ownerless_sessions(),
         observed={a: dict(sorted(k.items())) for a, k in sorted(would.items())},
     )
-
-
-def _ownerless(tallies: _Tallies) -> tuple[str, ...]:
-    """Sessions with a failed turn left alone because nothing owned it, in first-failure order."""
-    return tuple(dict.fromkeys(
-        sid for (sid, _), (fate, why) in tallies.newest.items()
-        if fate == "left_alone" and why == "no_owner"
-    ))
 
 
 def _parents(db: OpenCodeDB, session_ids: set[str]) -> dict[str, str | None]:

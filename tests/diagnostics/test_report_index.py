@@ -74,6 +74,36 @@ def test_a_corrupt_index_file_is_built_again(
     assert target.read_bytes()[:15] == b"SQLite format 3"
 
 
+def test_an_index_of_the_previous_layout_is_built_anew(
+    run_on: Callable[..., Result], fresh_seeded: Seeded
+) -> None:
+    import sqlite3
+
+    target = index_file(fresh_seeded.store.parent, fresh_seeded.db)
+    first = _same_without_index(
+        lambda *a: run_on(fresh_seeded.db, fresh_seeded.store, *a), "diagnose", "0", "--json"
+    )
+    conn = sqlite3.connect(target)
+    with conn:  # version 2's digest table had no tally column
+        conn.execute("DROP TABLE digest")
+        conn.execute(
+            "CREATE TABLE digest (session_id TEXT NOT NULL, flags TEXT NOT NULL, gen INTEGER"
+            " NOT NULL, valid_from INTEGER NOT NULL, blob BLOB NOT NULL, heavy BLOB NOT NULL,"
+            " PRIMARY KEY (session_id, flags))"
+        )
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'version'")
+    conn.close()
+    for _ in range(2):  # rebuilt, then read
+        again = run_on(fresh_seeded.db, fresh_seeded.store, "diagnose", "0", "--json")
+        assert again.exit_code == 0, again.output
+        assert again.stdout == first
+    conn = sqlite3.connect(target)
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(digest)")]
+    digests = conn.execute("SELECT count(*) FROM digest").fetchone()[0]
+    conn.close()
+    assert "tally" in columns and digests > 0
+
+
 def _misses(seeded: Seeded, state: Path, now: datetime) -> int:
     prepared = prepare(seeded.db, state)
     assert prepared is not None

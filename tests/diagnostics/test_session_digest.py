@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -16,11 +16,14 @@ from seeded_reports import NOW, Seeded
 from opencode_autoretry.diagnostics.diagnose import build_diagnose, diagnose_json
 from opencode_autoretry.diagnostics.index.report_index import prepare, refresh, save
 from opencode_autoretry.diagnostics.index.session_digest import (
+    SESSION,
     LazyFindings,
+    LightPart,
     Objects,
     decode_digest,
     encode_digest,
     fits,
+    grouped,
 )
 from opencode_autoretry.diagnostics.index.sync import files_signature
 from opencode_autoretry.diagnostics.local_days import LocalDays, exact_day
@@ -33,22 +36,27 @@ BRIDGE = Path("/nonexistent/autoretry.js")
 LATER = NOW + timedelta(hours=1)  # every seeded step settled
 
 
-def _plain(path: Path, records: DaemonRecords, days: int, limit: int) -> str:
+def _plain(
+    path: Path, records: DaemonRecords, days: int, limit: int, zone: tzinfo | None = None
+) -> str:
     db = OpenCodeDB.open(path)
     try:
-        report = build_diagnose(db, records, now=LATER, days=days, bridge_path=BRIDGE)
+        report = build_diagnose(db, records, now=LATER, days=days, bridge_path=BRIDGE, zone=zone)
         return diagnose_json(report, limit)
     finally:
         db.close()
 
 
-def _indexed(path: Path, state: Path, records: DaemonRecords, days: int, limit: int) -> str:
+def _indexed(
+    path: Path, state: Path, records: DaemonRecords, days: int, limit: int,
+    zone: tzinfo | None = None,
+) -> str:
     prepared = prepare(path, state)
     assert prepared is not None
     db = prepared.reader.open(path)
     try:
         report = build_diagnose(
-            db, records, now=LATER, days=days, bridge_path=BRIDGE, memo=prepared.memo
+            db, records, now=LATER, days=days, bridge_path=BRIDGE, memo=prepared.memo, zone=zone
         )
     finally:
         db.close()
@@ -67,6 +75,31 @@ def test_digests_give_the_scans_report(
         for days, limit in ((0, 0), (0, 1), (7, 0), (7, 20)):
             ours = _indexed(fresh_seeded.db, state, records, days, limit)
             assert ours == _plain(fresh_seeded.db, records, days, limit), (days, limit)
+
+
+@pytest.mark.parametrize("zone", [ZoneInfo("Asia/Kathmandu"), ZoneInfo("America/Santiago")],
+                         ids=str)
+def test_a_report_in_another_zone_recounts_the_days_of_the_digests(
+    fresh_seeded: Seeded, tmp_path: Path, zone: ZoneInfo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opencode_autoretry.diagnostics.index import digest_findings
+
+    state = tmp_path / "state"
+    made_in_utc = _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, UTC)
+    assert made_in_utc == _plain(fresh_seeded.db, DaemonRecords(), 0, 0, UTC)
+    recounted: list[str] = []
+    tally = digest_findings.session_tally
+
+    def counting(rows, child, days):  # type: ignore[no-untyped-def]
+        recounted.append(rows[0][SESSION] if rows else "")
+        return tally(rows, child=child, days=days)
+
+    monkeypatch.setattr(digest_findings, "session_tally", counting)
+    assert _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, UTC) == made_in_utc
+    assert recounted == []  # the same zone: the digests' own tallies
+    ours = _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, zone)
+    assert ours == _plain(fresh_seeded.db, DaemonRecords(), 0, 0, zone)
+    assert recounted, "another zone's offsets: the sessions are counted from their rows"
 
 
 def test_a_later_run_reads_the_digests_not_the_memo(fresh_seeded: Seeded, tmp_path: Path) -> None:
@@ -111,10 +144,13 @@ def test_lazy_findings_build_only_what_is_read(seeded: Seeded, tmp_path: Path) -
         report = build_diagnose(db, DaemonRecords(), now=LATER, days=0, bridge_path=BRIDGE)
     finally:
         db.close()
-    items = [(item, False) for found in report.findings.values() for item in found]
+    kind, listed = max(report.findings.items(), key=lambda kv: len(kv[1]))
+    assert len(listed) >= 2
+    items = [(item, False) for item in listed]
     blob, heavy = encode_digest((0, 0, 0, 0), items)
     header, rows = decode_digest(blob)
     assert header == (0, 0, 0, 0) and len(rows) == len(items)
+    table = grouped(rows)
 
     class FakeObjects(Objects):
         def __init__(self) -> None:
@@ -125,14 +161,25 @@ def test_lazy_findings_build_only_what_is_read(seeded: Seeded, tmp_path: Path) -
             self.reads.append(list(sessions))
             return {sid: heavy for sid in sessions}
 
+        def in_order(self, kind, newest_first):  # type: ignore[no-untyped-def, override]
+            ordered = sorted(
+                ((extra, at, mid, rows[pos][SESSION], pos) for k, extra, at, mid, pos in table
+                 if k == kind.value),
+                reverse=newest_first,
+            )
+            return iter(ordered)
+
     objects = FakeObjects()
-    lazy = LazyFindings(rows, objects)
-    assert len(lazy) == len(items) and not objects.reads  # counting builds nothing
-    newest = lazy[-1:]
-    assert [i.step.id for i in newest] == [items[-1][0].step.id]
+    sessions = frozenset(r[SESSION] for r in rows)
+    light = LightPart(objects, sessions, {}, {kind.value: len(table)})
+    full = [((9, 0, "z"), listed[0])]  # a full entry sorts after every light row
+    lazy = LazyFindings(kind, full, light)
+    assert len(lazy) == len(items) + 1 and not objects.reads  # counting builds nothing
+    newest = lazy[-2:]
+    assert [i.step.id for i in newest] == [items[-1][0].step.id, listed[0].step.id]
     assert len(objects.reads) == 1
-    assert [i.step.id for i in lazy] == [i.step.id for i, _ in items]
-    assert [i.verdict.reason for i in lazy] == [i.verdict.reason for i, _ in items]
+    assert [i.step.id for i in lazy] == [i.step.id for i, _ in items] + [listed[0].step.id]
+    assert [i.verdict.reason for i in lazy][:-1] == [i.verdict.reason for i, _ in items]
 
 
 ZONES = [
