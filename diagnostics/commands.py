@@ -282,7 +282,7 @@ def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_in
         memo = index.memo if index else None
         report = build_trace(
             db, records, now=now, since=since, days=days, session_id=sid, memo=memo,
-            rendered=as_json,
+            rendered=True,  # the index's kept continuations, for the text and --json
         )
     save(index)
     style = Style.for_stream()

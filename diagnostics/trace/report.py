@@ -93,6 +93,7 @@ from opencode_autoretry.diagnostics.todo_view import (
 from opencode_autoretry.diagnostics.trace.rows import (
     PLACEHOLDER,
     Rendered,
+    TextPieces,
     marker_of,
     render_item,
     reusable,
@@ -234,7 +235,8 @@ def build_trace(
 ) -> TraceReport:
     """``records`` must already be limited to the same session / window; ``memo``
     remembers each continuation's trigger and outcome (the report index), and with
-    ``rendered`` (the report is for ``trace_json`` only) its JSON (trace_rows.py)."""
+    ``rendered`` its JSON and text lines (trace/rows.py; the continuations may then be
+    ``Rendered`` items, which only ``trace_json`` and ``render_trace`` read)."""
     ids = db.marker_message_ids(since, session_id)
     injections = [i for i in records.injections if session_id in (None, i.session_id)]
     confirmed = {i.message_id for i in injections if i.message_id}
@@ -254,7 +256,9 @@ def build_trace(
         if message.id not in confirmed and marker_of(message) not in known
     ]
     if kept:
-        tail = with_rendered(tail, reused, memo, _continuation_json, decided, now)  # type: ignore[arg-type]
+        tail = with_rendered(
+            tail, reused, memo, _continuation_json, _text_pieces, decided, now  # type: ignore[arg-type]
+        )
     found += tail
     found.sort(key=lambda c: c.time)
     declined = tuple(
@@ -381,27 +385,42 @@ def _outcome_text(outcome: Outcome | LoopOutcome, style: Style) -> str:
     return style.paint(outcome.detail, colour.get(outcome.status, "bright_black"))
 
 
-def _continuation_lines(item: Continuation, style: Style) -> list[str]:
+def _text_pieces(item: Continuation) -> TextPieces:
+    """The continuation's lines but the local time and the colours (kept in the index)."""
     source = (
         f"injection #{item.injection.id} ({item.injection.state})"
         if item.injection
         else ("marker in OpenCode's DB (not in the store)")
     )
     text = item.injection.text if item.injection else _text(item.message)
-    head = f"[{style.local(item.time)}] ses={session_ref(item.session_id)} {source}"
-    lines = [f'{head} "{excerpt(text, 40)}"']
+    head = f'ses={session_ref(item.session_id)} {source} "{excerpt(text, 40)}"'
     trigger = item.trigger
     if trigger is None:
-        lines.append("    trigger: (no earlier assistant step)")
+        about = "    trigger: (no earlier assistant step)"
     else:
         step = trigger.step
-        lines.append(
+        about = (
             f"    trigger: {trigger.verdict.kind} — {trigger.verdict.reason} "
             f"(finish={step.finish or '-'} out={step.tokens.output} in={step.tokens.input} "
             f"cacheRead={step.tokens.cache_read} parts={len(step.parts)}"
             f"{' error=' + step.error.name if step.error else ''})"
         )
-    lines.append(f"    outcome: {_outcome_text(item.outcome, style)}")
+    return head, about, item.outcome.status, item.outcome.detail
+
+
+def _piece_lines(time: datetime, pieces: TextPieces, style: Style) -> list[str]:
+    head, about, status, detail = pieces
+    return [
+        f"[{style.local(time)}] {head}",
+        about,
+        f"    outcome: {_outcome_text(Outcome(status, detail), style)}",
+    ]
+
+
+def _continuation_lines(item: Continuation | Rendered, style: Style) -> list[str]:
+    if isinstance(item, Rendered):
+        return _piece_lines(item.time, item.pieces, style)
+    lines = _piece_lines(item.time, _text_pieces(item), style)
     switch = item.decision.facts.switch if item.decision is not None else None
     if switch is not None:  # model fallback (issue 10)
         lines.append(f"    switched {switch.from_model} → {switch.to_model}")

@@ -1,5 +1,6 @@
-"""``trace --json`` on the report index: each continuation found only in OpenCode's DB (a marked
-message the store has nothing on) kept as the JSON text ``trace_json`` writes for it.
+"""``trace`` on the report index: each continuation found only in OpenCode's DB (a marked
+message the store has nothing on) kept as the JSON text ``trace_json`` writes for it and as the
+pieces of the lines ``render_trace`` writes (all but the local time and the colours).
 
 A later ``trace 0 --json`` at 1 M messages loaded every one of ~3 000 marked messages with its
 parts, rebuilt its remembered trigger and wrote them all out again with the indenting JSON
@@ -29,14 +30,21 @@ PLACEHOLDER = "\0continuations\0"
 _INDENT = "    "  # two levels of ``indent=2``: the report's object, then the list
 
 
+#: A continuation's plain-text lines without what the terminal decides (the local time, the
+#: outcome's colour): (what follows the time, the trigger line, outcome status, its detail).
+TextPieces = tuple[str, str, str, str]
+
+
 @dataclass(frozen=True)
 class Rendered:
-    """A continuation as the JSON text of its list item (already indented for the report)."""
+    """A continuation as the JSON text of its list item (already indented for the report),
+    and the pieces of its lines in the text report."""
 
     time: datetime
     message_id: str
     session_id: str
     text: str
+    pieces: TextPieces
 
 
 def render_item(item: dict[str, Any]) -> str:
@@ -74,13 +82,13 @@ def reusable(
 
 
 def encode_rendered(item: Rendered, marker: int | None) -> bytes:
-    return marshal.dumps((_time_us(item.time), item.session_id, marker, item.text))
+    return marshal.dumps((_time_us(item.time), item.session_id, marker, item.text, item.pieces))
 
 
 def decode_rendered(message_id: str, blob: bytes) -> tuple[Rendered, int | None]:
-    time_us, session_id, marker, text = marshal.loads(blob)
+    time_us, session_id, marker, text, pieces = marshal.loads(blob)
     at = EPOCH + timedelta(microseconds=time_us)
-    return Rendered(at, message_id, session_id, text), marker
+    return Rendered(at, message_id, session_id, text, pieces), marker
 
 
 def _time_us(value: datetime) -> int:
@@ -102,6 +110,7 @@ def with_rendered(
     reused: Mapping[str, Rendered],
     memo: RenderedMemo,
     render: Callable[[Any], dict[str, Any]],
+    pieces: Callable[[Any], TextPieces],
     decided: set[str],
     now: datetime,
 ) -> list[Any]:
@@ -114,7 +123,9 @@ def with_rendered(
         if item.injection is not None or message is None or item.session_id in decided:
             found.append(item)
             continue
-        text = Rendered(item.time, message.id, item.session_id, render_item(render(item)))
+        text = Rendered(
+            item.time, message.id, item.session_id, render_item(render(item)), pieces(item)
+        )
         trigger = item.trigger
         since = to_epoch_ms(trigger.step.time_created) + SETTLE_MS if trigger else 0
         memo.keep_rendered(text, marker_of(message), since, now)
