@@ -251,9 +251,10 @@ def ratio(seed: float, ours: float) -> str:
 
 
 def table(results: Results) -> list[str]:
-    """The Markdown table: command, first, median, min, CPU, goal, vs the seed."""
+    """The Markdown table: command, first, median, min, CPU, goal, the seed's time divided by
+    this one (cold by cold; the warm seed's ``diagnose 0`` or ``diagnose 7`` for ``diagnose``)."""
     lines = [
-        "| command | first | median | min | CPU (median) | goal | vs the seed |",
+        "| command | first | median | min | CPU (median) | goal | the seed's time ÷ this |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     seed_cold, first = results.seed_cold.first, results.first.first
@@ -263,7 +264,7 @@ def table(results: Results) -> list[str]:
     twice = "met" if 2 * first <= seed_cold else "not met"
     lines.append(f"| `diagnose 0`, first run (cold, empty state dir) | **{ms(first)}** | | | "
                  f"{ms(results.first.cpu)} | ≤ seed: {met}; 2x: {twice} | "
-                 f"{ratio(seed_cold, first)} |")
+                 f"{ratio(seed_cold, first)} (cold) |")
     if results.background:
         bg = results.background
         lines.append(f"| background work after the first run ({bg.processes} processes) | "
