@@ -1,6 +1,11 @@
 """Benchmark: the four reports vs the prior art's diagnostic SQL, on synthetic 1.18 DBs.
 
     .venv/bin/python bench/reports.py [--sizes 100000,1000000] [--repeat 3] [--check]
+    flock /tmp/e2e.lock .venv/bin/python bench/reports.py --e2e [--sizes 1000000] [--check]
+
+``--e2e`` (the headline, issue 21: bench/report_processes.py) times each command as a user
+waits for it, a fresh ``autoretry`` process, on a typical and a heavy DB whose 30 days end
+today; the in-process figures below are the breakdown.
 
 Builds (once, cached under $BENCH_DIR or /tmp/autoretry-bench, never in the repo) a DB with
 the pinned OpenCode 1.18.33 DDL holding N messages and 2 parts per message: sessions of ~200
@@ -31,6 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "diagnostics"))
 
+import report_processes  # noqa: E402
 from exhaustive_db import ExhaustiveDB, diagnose_report, reference_verdict  # noqa: E402
 from opencode_rows import (  # noqa: E402
     BASE_MS,
@@ -483,10 +489,24 @@ def ensure_db(
     return path
 
 
+def end_to_end(sizes: list[int], base: Path, repeat: int, check: bool, heavy_rate: float) -> None:
+    """The end-to-end table of each size's typical and heavy DB (report_processes)."""
+    tools = report_processes.SeedTools(prior_art_diagnose, drop_caches, busiest_session)
+    start = report_processes.first_day_ms()
+    same = True
+    for size in sizes:
+        for label, rate in (("typical", FAILURE_RATE), ("heavy", heavy_rate)):
+            path = ensure_db(size, base, failure_rate=rate, base_ms=start)
+            name = f"{size:,} messages, {label} failure rate ({rate:g} per turn step)"
+            same &= report_processes.measure_db(path, name, tools, repeat, check)
+    if not same:
+        sys.exit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100000,1000000")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sizes", help="default: 100000,1000000 (--e2e: 1000000)")
+    parser.add_argument("--repeat", type=int, help="default: 3 (--e2e: 5)")
     parser.add_argument("--check", action="store_true", help="compare with the reference first")
     parser.add_argument(
         "--index",
@@ -494,13 +514,28 @@ def main() -> None:
         help="also time the report index: cold first run vs the seed's cold queries, later "
         "runs (with --check: the index's reports compared with the reference)",
     )
+    parser.add_argument(
+        "--e2e",
+        action="store_true",
+        help="end to end: each command as a fresh `autoretry` process (cold first run, later "
+        "runs) beside the seed's queries, on a typical and a heavy DB (--sizes default: 1000000; "
+        "with --check: --json with and without the index, and vs the exhaustive reference)",
+    )
+    parser.add_argument(
+        "--heavy-rate", type=float, default=0.04, help="--e2e: the heavy DB's failure rate"
+    )
     args = parser.parse_args()
     base = Path(os.environ.get("BENCH_DIR") or "/tmp/autoretry-bench")
     base.mkdir(parents=True, exist_ok=True)
     print(
         f"sqlite {sqlite3.sqlite_version}, python {sys.version.split()[0]}, {os.cpu_count()} CPUs"
     )
-    for size in (int(s) for s in args.sizes.split(",")):
+    default_sizes = "1000000" if args.e2e else "100000,1000000"
+    sizes = [int(s) for s in (args.sizes or default_sizes).split(",")]
+    if args.e2e:
+        end_to_end(sizes, base, args.repeat or 5, args.check, args.heavy_rate)
+        return
+    for size in sizes:
         path = ensure_db(size, base)
         mb = path.stat().st_size / 2**20
         print(f"\n{size:,} messages, {mb:,.0f} MB ({path})")
@@ -508,8 +543,9 @@ def main() -> None:
             sys.exit(1)
         print(f"load average before: {os.getloadavg()[0]:.2f}")
         print(f"{'report':34} {'first':>9} {'median':>9} {'cpu':>9}")
-        results = measure_index(path, args.repeat, args.check) if args.index else {}
-        results |= measure(path, args.repeat)
+        repeat = args.repeat or 3
+        results = measure_index(path, repeat, args.check) if args.index else {}
+        results |= measure(path, repeat)
         for name, (first, median, cpu) in results.items():
             print(f"{name:34} {first * 1000:7.0f}ms {median * 1000:7.0f}ms {cpu * 1000:7.0f}ms")
         print_ratios(results)

@@ -87,11 +87,21 @@ class ExhaustiveDB(OpenCodeDB):
         )
 
 
-def diagnose_report(reader: type[OpenCodeDB], path: Path, *, now: datetime, days: int) -> str:
-    """``diagnose --json --limit 0`` built on ``reader`` (an empty store, no bridge)."""
+NO_BRIDGE = Path("/nonexistent/autoretry.js")
+
+
+def diagnose_report(
+    reader: type[OpenCodeDB],
+    path: Path,
+    *,
+    now: datetime,
+    days: int,
+    bridge: Path = NO_BRIDGE,
+) -> str:
+    """``diagnose --json --limit 0`` built on ``reader`` (an empty store; ``bridge``: where the
+    bridge would be, none by default)."""
     db = reader.open(path)
     try:
-        bridge = Path("/nonexistent/autoretry.js")
         built = build_diagnose(db, DaemonRecords(), now=now, days=days, bridge_path=bridge)
         return diagnose_json(built, limit=0)
     finally:
