@@ -290,9 +290,11 @@ def build_diagnose(
             db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True, memo=memo
         )
     found = relabel_daemon_aborts(found, records)
-    return _report(
-        db, records, days, since, now, health.result(), ((None, i) for i in found), None, zone
-    )
+    with paused_gc():  # the summary allocates per failed step; the heap holds all of them
+        return _report(
+            db, records, days, since, now, health.result(), ((None, i) for i in found), None,
+            zone,
+        )
 
 
 def _report(

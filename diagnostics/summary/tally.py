@@ -29,7 +29,7 @@ from operator import itemgetter
 from typing import Any, Final
 
 from opencode_autoretry.causes import Cause
-from opencode_autoretry.diagnostics.index.session_digest import entries_of
+from opencode_autoretry.diagnostics.index.session_digest import LightRow, entries_of, light_row
 from opencode_autoretry.diagnostics.local_days import LocalDays
 from opencode_autoretry.diagnostics.records import NO_OWNER, DaemonRecords, daemon_abort_for
 from opencode_autoretry.diagnostics.repetition_view import RepetitionStop
@@ -43,6 +43,7 @@ from opencode_autoretry.diagnostics.summary.session_tally import (
     SessionTally,
     fate_without_decision,
     local_days,
+    session_tally,
 )
 from opencode_autoretry.diagnostics.trace.report import Outcome, outcome_of, undelivered
 from opencode_autoretry.models import Kind, Role, to_epoch_ms
@@ -389,10 +390,18 @@ def build_summary(
     ``tallied``: sessions of the window counted from their digests (not in ``findings``)."""
     full = [e for found in findings.values() for e in entries_of(found)]
     outcomes = continuation_outcomes(db, records.injections)
-    judge = _Judge(records, outcomes, _parents(db, {i.step.session_id for i in full}))
+    parents = _parents(db, {i.step.session_id for i in full})
+    recorded = {d.session_id for d in records.decisions} | {
+        i.session_id for i in records.injections
+    }
+    judge = _Judge(records, outcomes, parents)
     tallies = _Tallies(zone)
-    for judged in sorted((judge.judge(i) for i in full), key=itemgetter(F_AT, F_ID)):
-        tallies.add(*judged)
+    judged = (judge.judge(i) for i in full if i.step.session_id in recorded)
+    for step_fate in sorted(judged, key=itemgetter(F_AT, F_ID)):
+        tallies.add(*step_fate)
+    # Without records a step's fate needs no judging: its session is tallied as a digest is.
+    plain = [i for i in full if i.step.session_id not in recorded]
+    tallies.add_tallies(_session_tallies(plain, parents, tallies.local))
     tallies.add_tallies(tallied or {})
     turns = tallies.turn_fates()
     by_fate: Counter[str] = Counter()
@@ -420,6 +429,18 @@ def build_summary(
         ownerless_sessions=tallies.ownerless_sessions(),
         observed={a: dict(sorted(k.items())) for a, k in sorted(would.items())},
     )
+
+
+def _session_tallies(
+    items: Sequence[ClassifiedStep], parents: Mapping[str, str | None], days: LocalDays
+) -> dict[str, SessionTally]:
+    rows: dict[str, list[LightRow]] = defaultdict(list)
+    for item in items:
+        rows[item.step.session_id].append(light_row(item, False, 0))
+    return {
+        sid: session_tally(found, child=bool(parents.get(sid)), days=days)
+        for sid, found in rows.items()
+    }
 
 
 def _parents(db: OpenCodeDB, session_ids: set[str]) -> dict[str, str | None]:
