@@ -39,6 +39,8 @@ def load_json(raw: str | bytes | None) -> dict[str, Any]:
 
 def _int(value: object) -> int:
     """A count or epoch-ms from JSON; anything unreadable (also NaN, infinity) reads as 0."""
+    if type(value) is int:  # nearly always: checked first (a report parses ~10 a message)
+        return value
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
@@ -64,6 +66,8 @@ def _at(epoch_ms: object) -> datetime:
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
+    if type(value) is dict:  # what json.loads gives: no ABC check (~0.5 us each)
+        return value
     return value if isinstance(value, Mapping) else {}
 
 
