@@ -24,10 +24,10 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
-from urllib.parse import quote
 
 from opencode_autoretry.diagnostics.index.build_lock import building_now
 from opencode_autoretry.diagnostics.index.step_index import INDEX_VERSION, index_file
+from opencode_autoretry.store.sqlite_uri import readonly_uri
 
 #: Below this many messages the report builds the index itself (a second or less).
 BACKGROUND_FROM_MESSAGES = 200_000
@@ -35,7 +35,7 @@ MODULE = "opencode_autoretry.diagnostics.index.background"
 
 
 def _readonly(path: Path) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=1.0)
+    return sqlite3.connect(readonly_uri(path), uri=True, timeout=1.0)
 
 
 def _index_usable(index: Path, db_path: Path) -> bool:
@@ -50,7 +50,7 @@ def _index_usable(index: Path, db_path: Path) -> bool:
         finally:
             conn.close()
         stat = os.stat(db_path)
-    except (sqlite3.Error, OSError):
+    except (sqlite3.Error, OSError, UnicodeError):
         return False  # the sync will say what is wrong
     return (
         meta.get("version") == INDEX_VERSION
@@ -67,7 +67,7 @@ def _messages(db_path: Path) -> int:
             row = conn.execute("SELECT max(rowid) FROM message").fetchone()
         finally:
             conn.close()
-    except (sqlite3.Error, OSError):
+    except (sqlite3.Error, OSError, UnicodeError):  # e.g. a path that is not UTF-8
         return 0  # the report opens it and says what is wrong
     return int(row[0] or 0)
 
