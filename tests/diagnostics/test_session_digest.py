@@ -29,7 +29,12 @@ from opencode_autoretry.diagnostics.index.sync import files_signature
 from opencode_autoretry.diagnostics.local_days import LocalDays, exact_day
 from opencode_autoretry.diagnostics.records import DaemonRecords, load_records
 from opencode_autoretry.diagnostics.render import Style
-from opencode_autoretry.diagnostics.trace.report import build_trace, render_trace, trace_json
+from opencode_autoretry.diagnostics.trace.report import (
+    TraceReport,
+    build_trace,
+    render_trace,
+    trace_json,
+)
 from opencode_autoretry.diagnostics.trace.rows import PLACEHOLDER, Rendered, render_item, splice
 from opencode_autoretry.opencode.db import OpenCodeDB
 
@@ -273,28 +278,31 @@ def test_spliced_continuations_are_what_json_dumps_writes() -> None:
         assert splice(encoded, [render_item(i) for i in listed]) == expected
 
 
+def _plain_trace(path: Path, records: DaemonRecords) -> TraceReport:
+    db = OpenCodeDB.open(path)
+    try:
+        return build_trace(db, records, now=LATER)
+    finally:
+        db.close()
+
+
+def _indexed_trace(path: Path, state: Path, records: DaemonRecords) -> TraceReport:
+    prepared = prepare(path, state)
+    assert prepared is not None
+    db = prepared.reader.open(path)
+    try:
+        report = build_trace(db, records, now=LATER, memo=prepared.memo, rendered=True)
+    finally:
+        db.close()
+    save(prepared)
+    return report
+
+
 def test_trace_json_reuses_rendered_continuations(fresh_seeded: Seeded, tmp_path: Path) -> None:
-    def plain(records: DaemonRecords) -> str:
-        db = OpenCodeDB.open(fresh_seeded.db)
-        try:
-            return trace_json(build_trace(db, records, now=LATER))
-        finally:
-            db.close()
-
-    def indexed(records: DaemonRecords) -> str:
-        prepared = prepare(fresh_seeded.db, tmp_path)
-        assert prepared is not None
-        db = prepared.reader.open(fresh_seeded.db)
-        try:
-            report = build_trace(db, records, now=LATER, memo=prepared.memo, rendered=True)
-        finally:
-            db.close()
-        save(prepared)
-        return trace_json(report)
-
     for records in (DaemonRecords(), load_records(fresh_seeded.store)):
         for _ in range(3):
-            assert indexed(records) == plain(records)
+            ours = _indexed_trace(fresh_seeded.db, tmp_path, records)
+            assert trace_json(ours) == trace_json(_plain_trace(fresh_seeded.db, records))
 
 
 @pytest.mark.parametrize("colour", [False, True], ids=["plain", "colour"])
@@ -302,29 +310,11 @@ def test_trace_text_reuses_the_kept_continuations(
     fresh_seeded: Seeded, tmp_path: Path, colour: bool
 ) -> None:
     style = Style(colour=colour, zone=UTC)
-
-    def plain(records: DaemonRecords) -> str:
-        db = OpenCodeDB.open(fresh_seeded.db)
-        try:
-            return render_trace(build_trace(db, records, now=LATER), style)
-        finally:
-            db.close()
-
-    def indexed(records: DaemonRecords) -> tuple[str, int]:
-        prepared = prepare(fresh_seeded.db, tmp_path)
-        assert prepared is not None
-        db = prepared.reader.open(fresh_seeded.db)
-        try:
-            report = build_trace(db, records, now=LATER, memo=prepared.memo, rendered=True)
-        finally:
-            db.close()
-        save(prepared)
-        kept = sum(isinstance(c, Rendered) for c in report.continuations)
-        return render_trace(report, style), kept
-
     for records, reused in ((DaemonRecords(), True), (load_records(fresh_seeded.store), False)):
         for run in range(3):
-            text, kept = indexed(records)
-            assert text == plain(records)
+            ours = _indexed_trace(fresh_seeded.db, tmp_path, records)
+            plain = _plain_trace(fresh_seeded.db, records)
+            assert render_trace(ours, style) == render_trace(plain, style)
+            kept = sum(isinstance(c, Rendered) for c in ours.continuations)
             if run:  # the first run keeps them; the later ones read them
                 assert (kept > 0) == reused, (run, kept)
