@@ -47,7 +47,6 @@ from opencode_autoretry.models import (
     Turn,
     Verdict,
 )
-from opencode_autoretry.todos.reply_intent import read_intent
 
 UNFINISHED = frozenset({"pending", "in_progress"})
 #: No todo continuation this soon after a compaction: the model has just lost its context.
@@ -317,6 +316,9 @@ def todo_verdict(
         return None
     left = f"{len(unfinished)} of {len(todos)} todos unfinished"
     refused = refused or refusal(turn)
+    # Its ~60 patterns compile on first use: loading [todos] config (every command) skips them.
+    from opencode_autoretry.todos.reply_intent import read_intent
+
     intent = read_intent(final_text(last))
     blocker = None
     if agent is not None and agent in config.skip_agents:
