@@ -140,7 +140,6 @@ def diagnose(
         render_diagnose,
         window_start,
     )
-    from opencode_autoretry.diagnostics.doctor.report import quick_summary
     from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.progress import scan_progress
     from opencode_autoretry.diagnostics.render import Style, for_terminal
@@ -162,7 +161,9 @@ def diagnose(
         )
     save(index)
     style = Style.for_stream()
-    if not as_json:
+    if not as_json:  # doctor's checks load the whole config: --json has no use for them
+        from opencode_autoretry.diagnostics.doctor.report import quick_summary
+
         click.echo(visible(quick_summary(app)))  # issue 11: doctor's summary line first
     click.echo(diagnose_json(report, limit) if as_json
                else for_terminal(render_diagnose(report, style, limit), style))
