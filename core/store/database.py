@@ -21,7 +21,6 @@ from typing import Any
 from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.decisions.observed import would_do
 from opencode_autoretry.models import BudgetGroup, Decision, TurnLedger, from_epoch_ms, to_epoch_ms
-from opencode_autoretry.store.legacy_reasons import legacy_cause
 from opencode_autoretry.store.sqlite_uri import readonly_uri
 
 GLOBAL_SCOPE = "*"
@@ -31,6 +30,8 @@ OPEN_STATES = ("intent", "sent")
 def _type_old_decisions(conn: sqlite3.Connection) -> None:
     """Migration 5: every decision gets its cause and facts; the rows of older releases are
     mapped once from their reason text (the only reading of that text, ``legacy_reasons``)."""
+    from opencode_autoretry.store.legacy_reasons import legacy_cause  # its ~35 patterns: here
+
     columns = {row[1] for row in conn.execute("PRAGMA table_info(decisions)")}
     if "cause" not in columns:  # NULL: written by an older release (also after a downgrade)
         conn.execute("ALTER TABLE decisions ADD COLUMN cause TEXT")
@@ -158,6 +159,9 @@ class DecisionRecord:
     def of_legacy(cls, **values: Any) -> DecisionRecord:
         """A record as an older release wrote it (reason text only): typed as migration 5
         types it."""
+        # Only rows of older releases read their reason: the patterns compile on the first.
+        from opencode_autoretry.store.legacy_reasons import legacy_cause
+
         cause, facts = legacy_cause(str(values["action"]), str(values["reason"]))
         return cls(**values, cause=cause, facts=facts)
 
