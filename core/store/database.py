@@ -30,14 +30,16 @@ OPEN_STATES = ("intent", "sent")
 def _type_old_decisions(conn: sqlite3.Connection) -> None:
     """Migration 5: every decision gets its cause and facts; the rows of older releases are
     mapped once from their reason text (the only reading of that text, ``legacy_reasons``)."""
-    from opencode_autoretry.store.legacy_reasons import legacy_cause  # its ~35 patterns: here
-
     columns = {row[1] for row in conn.execute("PRAGMA table_info(decisions)")}
     if "cause" not in columns:  # NULL: written by an older release (also after a downgrade)
         conn.execute("ALTER TABLE decisions ADD COLUMN cause TEXT")
     if "facts" not in columns:
         conn.execute("ALTER TABLE decisions ADD COLUMN facts TEXT NOT NULL DEFAULT '{}'")
     rows = conn.execute("SELECT id, action, reason FROM decisions WHERE cause IS NULL").fetchall()
+    if not rows:  # a new store, or the empty one a report reads before any daemon ran
+        return
+    from opencode_autoretry.store.legacy_reasons import legacy_cause  # its ~35 patterns: here
+
     for row_id, action, reason in rows:
         cause, facts = legacy_cause(str(action), str(reason))
         conn.execute("UPDATE decisions SET cause = ?, facts = ? WHERE id = ?",
