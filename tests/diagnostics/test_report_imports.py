@@ -92,8 +92,11 @@ CASES = [
      250),  # [230]
     (["diagnose"], has("autoretry doctor: ", "autoretry diagnose — last 7 days"), WARM_INDEX,
      380),  # [351]
+    (["diagnose", "--json"], is_json("diagnose"), (*WARM_INDEX, *DOCTOR, "email.utils"),
+     250),  # [230]
     (["trace", "0"], has("autoretry trace — all time", "Continuations:"), DOCTOR, 250),  # [231]
     (["trace", "0", "--json"], is_json("trace"), DOCTOR, 250),  # [228]
+    (["trace"], has("autoretry trace — last 7 days"), DOCTOR, 250),
     (["errors"], has("The 10 newest errored steps", "autoretry timeline ses_"), DOCTOR,
      215),  # [198]
     (["errors", "--json"], is_json("errors"), DOCTOR, 215),  # [198]
