@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -63,14 +66,21 @@ def has(*lines: str) -> Callable[[str], bool]:
     return lambda out: all(line in out for line in lines)
 
 
-def run_probe(seeded: Seeded, home: Path, args: Sequence[str]) -> tuple[str, list[str]]:
+def probe_env(home: Path) -> dict[str, str]:
+    return {"TZ": "UTC", "NO_COLOR": "1", "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "AUTORETRY_CONFIG": str(home / "no-config.toml")}
+
+
+def run_probe(
+    seeded: Seeded, home: Path, args: Sequence[str], store: Path | None = None
+) -> tuple[str, list[str]]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("AUTORETRY_", "OPENCODE_"))}
-    env.update(TZ="UTC", NO_COLOR="1", HOME=str(home), XDG_CONFIG_HOME=str(home / "config"),
-               AUTORETRY_CONFIG=str(home / "no-config.toml"))
+    env.update(probe_env(home))
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, "--db", str(seeded.db), "--store", str(seeded.store),
-         *args],
+        [sys.executable, "-c", PROBE, "--db", str(seeded.db), "--store",
+         str(store or seeded.store), *args],
         capture_output=True, text=True, timeout=120, env=env, check=False,
     )
     probe = json.loads(done.stderr.strip().splitlines()[-1])
@@ -140,3 +150,56 @@ def test_a_timeline_imports_what_it_draws(seeded: Seeded, warm: Path, as_json: b
     assert (json.loads(out)["session"]["id"] == sid) if as_json else (sid in out)
     assert pulled(modules, (*NEVER, *DOCTOR)) == []
     assert len(modules) <= 220, f"timeline: {len(modules)} modules (budget 220)"  # [202]
+
+
+@pytest.fixture()
+def live_daemon_store(
+    seeded: Seeded, warm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, dict[str, str]]:
+    """A copy of the store whose heartbeat is a live daemon's (this process) carrying doctor's
+    line as ``daemon/health.py`` records it, computed in this process's copy of the probes'
+    environment."""
+    from opencode_autoretry.cli.context import AppContext
+    from opencode_autoretry.diagnostics.doctor.report import summary_record
+    from opencode_autoretry.store.database import Store
+
+    for name in [k for k in os.environ if k.startswith(("AUTORETRY_", "OPENCODE_"))]:
+        monkeypatch.delenv(name)
+    for name, value in probe_env(warm).items():
+        monkeypatch.setenv(name, value)
+    store = tmp_path / "autoretry.db"
+    shutil.copy(seeded.store, store)
+    now = datetime.now(tz=UTC)
+    info = {"started": now.isoformat(), "stopping": False, "bridges": [], "lines": {}}
+    with closing(Store.open(store)) as writer:
+        writer.beat(now, os.getpid(), info)
+        record = summary_record(AppContext({"opencode_db": seeded.db, "store": store}, None),
+                                now)
+        writer.beat(now, os.getpid(), {**info, "doctor": record})
+    return store, record
+
+
+def test_diagnose_prints_the_live_daemons_line_without_running_the_checks(
+    seeded: Seeded, warm: Path, live_daemon_store: tuple[Path, dict[str, str]]
+) -> None:
+    store, record = live_daemon_store
+    out, modules = run_probe(seeded, warm, ["diagnose", "0"], store=store)
+    assert out.splitlines()[0] == record["summary"]
+    assert "autoretry diagnose — all time" in out
+    assert pulled(modules, (*NEVER, *DOCTOR)) == []
+
+
+def test_diagnose_runs_the_checks_when_what_they_read_changed(
+    seeded: Seeded, warm: Path, live_daemon_store: tuple[Path, dict[str, str]]
+) -> None:
+    store, record = live_daemon_store
+    plugins = warm / "config" / "opencode" / "plugins"
+    plugins.mkdir(parents=True)
+    (plugins / "autoretry.js").write_text("// edited\n")  # the bridge file changed since
+    try:
+        out, modules = run_probe(seeded, warm, ["diagnose", "0"], store=store)
+    finally:
+        shutil.rmtree(warm / "config" / "opencode")
+    assert out.splitlines()[0].startswith("autoretry doctor: ")
+    assert "bridge" in out.splitlines()[0] and "autoretry diagnose — all time" in out
+    assert pulled(modules, ("opencode_autoretry.diagnostics.doctor.checks",)) != []
