@@ -17,6 +17,7 @@ from typing import Any
 from opencode_autoretry.diagnostics.doctor.recorded import RECORD_EVERY_S
 
 log = logging.getLogger(__name__)
+FIRST_AFTER_S = 3.0
 
 
 class DoctorLine:
@@ -42,9 +43,12 @@ class DoctorLine:
             self._thread.join(timeout=1)  # a check in flight is not worth a slow stop
 
     def _run(self) -> None:
-        # The first after one period: the checks read this daemon's heartbeat, written by then.
-        while not self._stop.wait(self._every):
+        # The first soon after the start, once the loop's first tick wrote the heartbeat the
+        # checks read (one taken before it records a digest no later heartbeat matches).
+        wait = min(FIRST_AFTER_S, self._every)
+        while not self._stop.wait(wait):
             self.refresh()
+            wait = self._every
 
     def refresh(self) -> None:
         try:
