@@ -6,7 +6,9 @@ has long imported everything), after one ``diagnose 0`` that builds the report i
 report (a command that printed nothing, or failed, would import little), must not load the
 daemon's libraries, the store's old wrapper or the parts a warm report does not use, and
 must stay within a module budget: ``python -X importtime`` on the 1 M-message DB said where
-the time goes (bench/README.md, "Report commands' start-up").
+the time goes (bench/README.md, "Report commands (issue 21)"). With a live daemon's heartbeat
+carrying doctor's line, ``diagnose`` prints that line and imports no check, unless something
+the checks read changed since.
 """
 
 from __future__ import annotations
