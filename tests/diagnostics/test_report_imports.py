@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -157,7 +157,7 @@ def test_a_timeline_imports_what_it_draws(seeded: Seeded, warm: Path, as_json: b
 @pytest.fixture()
 def live_daemon_store(
     seeded: Seeded, warm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> tuple[Path, dict[str, str]]:
+) -> Iterator[tuple[Path, dict[str, str]]]:
     """A copy of the store whose heartbeat is a live daemon's (this process) carrying doctor's
     line as ``daemon/health.py`` records it, computed in this process's copy of the probes'
     environment."""
@@ -173,12 +173,12 @@ def live_daemon_store(
     shutil.copy(seeded.store, store)
     now = datetime.now(tz=UTC)
     info = {"started": now.isoformat(), "stopping": False, "bridges": [], "lines": {}}
-    with closing(Store.open(store)) as writer:
+    with closing(Store.open(store)) as writer:  # open throughout, as the daemon holds it
         writer.beat(now, os.getpid(), info)
         record = summary_record(AppContext({"opencode_db": seeded.db, "store": store}, None),
                                 now)
         writer.beat(now, os.getpid(), {**info, "doctor": record})
-    return store, record
+        yield store, record
 
 
 def test_diagnose_prints_the_live_daemons_line_without_running_the_checks(
