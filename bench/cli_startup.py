@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sqlite3
 import statistics
 import subprocess
@@ -166,6 +167,15 @@ def bench_reports(db: Path, runs: int, before: Path | None) -> None:
     trees = {"after": ROOT, **({"before": before} if before else {})}
     homes = {name: Path(tempfile.mkdtemp(prefix=f"cli-startup-{name}-")) for name in trees}
     envs = {name: throwaway_env(homes[name], db) for name in trees}
+    try:
+        _bench_reports(db, runs, trees, envs, session)
+    finally:  # each home holds a report index of the whole DB
+        for home in homes.values():
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _bench_reports(db: Path, runs: int, trees: dict[str, Path],
+                   envs: dict[str, dict[str, str]], session: str) -> None:
     for name, tree in trees.items():  # the runs below read the report index warm
         print(f"{name}: report index ready after {index_ready(tree, envs[name]):.0f} s")
     commands = [["diagnose"], ["diagnose", "0"], ["trace"], ["errors"], ["timeline", session]]
