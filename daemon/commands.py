@@ -13,7 +13,7 @@ import os
 import queue
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -59,7 +59,11 @@ def setup_logging(settings: Settings, foreground: bool) -> None:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
 
 
-def serve(config: Config, reload_check: Callable[[], str | None] | None = None) -> bool:
+def serve(
+    config: Config,
+    reload_check: Callable[[], str | None] | None = None,
+    doctor_line: Callable[[], Mapping[str, Any]] | None = None,
+) -> bool:
     """Run the daemon until a signal (``config`` validated beforehand); True when it stopped to
     restart with a new configuration (SIGHUP, ``reload_check`` found it good).
 
@@ -67,6 +71,7 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     overwrite the first one's) and removed on the way out, unless the daemon restarts in place
     (the same pid goes on)."""
     from opencode_autoretry.clock import SystemClock
+    from opencode_autoretry.daemon.health import DoctorLine
     from opencode_autoretry.daemon.inbox import Reload, Shutdown
     from opencode_autoretry.daemon.intake.bridges import BridgeServer
     from opencode_autoretry.daemon.intake.sources import DbTailer
@@ -90,12 +95,13 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     telemetry = start_telemetry(config.telemetry, store)
     bridges = BridgeServer(settings.socket, inbox, parts=parts)
     timers = RetryScheduler(inbox)
+    doctor = DoctorLine(doctor_line) if doctor_line is not None else None  # issue 21
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
     watcher = WalWatcher(settings.opencode_db, tailer.wake)
     loop = Loop(config, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
                 SystemClock(), parts=parts, notifier=notifier, telemetry=telemetry,
-                post=inbox.put)
+                post=inbox.put, doctor_line=doctor.latest if doctor is not None else None)
 
     def stop(signum: int, _frame: FrameType | None) -> None:
         inbox.put(Shutdown(signal.Signals(signum).name))
@@ -112,6 +118,8 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
     try:
         write_pid_file(pid_file, os.getpid())
         keeper.start()
+        if doctor is not None:
+            doctor.start()
         timers.start()
         tailer.prime()
         tailer.start()
@@ -125,6 +133,8 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
         loop.run(inbox)
     finally:
         keeper.stop()
+        if doctor is not None:
+            doctor.stop()
         watcher.stop()
         tailer.stop()
         timers.shutdown()
@@ -188,8 +198,14 @@ def run_command(app: AppContext, verbose: bool, foreground: bool, observe: bool)
             return exc.format_message()
         return None
 
+    def doctor_line() -> dict[str, str]:  # as diagnose would run the checks, files read anew
+        from opencode_autoretry.clock import SystemClock
+        from opencode_autoretry.diagnostics.doctor.report import summary_record
+
+        return summary_record(app.copy(), SystemClock().now())
+
     try:
-        restart = serve(config, check_new_config)
+        restart = serve(config, check_new_config, doctor_line)
     except (SocketBusyError, StoreError, NotPrivateError) as exc:
         raise click.ClickException(str(exc)) from exc
     if restart:

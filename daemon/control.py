@@ -8,7 +8,7 @@ writes with every heartbeat: ``autoretry status`` renders it, and a restarted da
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Protocol
@@ -18,6 +18,7 @@ from opencode_autoretry.config.settings import OBSERVE
 from opencode_autoretry.daemon.parts import describe
 from opencode_autoretry.decisions.caps import caps_line
 from opencode_autoretry.decisions.observed import OBSERVE_NOTE
+from opencode_autoretry.diagnostics.doctor.recorded import RECORD_KEY
 from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.records import status_json as notify_status
 from opencode_autoretry.notifications.records import status_lines as notify_status_lines
@@ -68,6 +69,8 @@ class Loop(Protocol):
     def spend(self) -> dict[str, tuple[str, TurnSpend]]: ...
     @property
     def alerts(self) -> WaitingAlerts: ...
+    @property
+    def doctor_line(self) -> Callable[[], Mapping[str, Any] | None]: ...
 
 USAGE = "usage: /autoretry [on|off|status] [here] | goal [<shell command>|off]"
 
@@ -185,6 +188,8 @@ def heartbeat_info(loop: Loop, stopping: bool = False) -> dict[str, Any]:
         "no_owner": sorted(v.session_id for v in views if v.owner is None),
         "parts": loop.parts.report(),  # issue 11: the parts that do not work right now
         "lines": _line_counters(loop),
+        # issue 21: doctor's line, which `diagnose` prints while it holds (doctor/recorded.py)
+        **({RECORD_KEY: record} if (record := loop.doctor_line()) is not None else {}),
     }
 
 

@@ -104,6 +104,7 @@ class Loop:
         notifier: Enqueuer | None = None,
         telemetry: TelemetryRecorder | None = None,
         post: Callable[[object], None] | None = None,
+        doctor_line: Callable[[], Mapping[str, Any] | None] | None = None,
     ) -> None:
         self.config = config  # validated once, before the loop is built (issue 18)
         self.settings = settings = config.settings
@@ -115,6 +116,8 @@ class Loop:
         self._dbs = DbGuard(settings.opencode_db, open_db, self.parts, clock.now,
                             lambda at: self.gap.lost(at, "OpenCode's DB was unreadable"))
         self._rand = rand
+        #: Doctor's latest summary line and its inputs (``daemon/health.py``), or none yet.
+        self.doctor_line = doctor_line or (lambda: None)
         self.heartbeat = Heartbeat(store, pid if pid is not None else os.getpid(),
                                    lambda stopping: control.heartbeat_info(self, stopping))
         self.actions = Actions(store, bridge, self.db, timers, self.sessions,

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from opencode_autoretry.diagnostics.records import DaemonRecords
     from opencode_autoretry.models import Session
     from opencode_autoretry.opencode.db import OpenCodeDB
+    from opencode_autoretry.store.database import Heartbeat
 
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -162,7 +163,6 @@ def diagnose(
         render_diagnose,
         window_start,
     )
-    from opencode_autoretry.diagnostics.doctor.report import quick_summary
     from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.progress import scan_progress
     from opencode_autoretry.diagnostics.render import Style, for_terminal
@@ -184,10 +184,24 @@ def diagnose(
         )
     save(index)
     style = Style.for_stream()
-    if not as_json:
-        click.echo(visible(quick_summary(app)))  # issue 11: doctor's summary line first
+    if not as_json:  # issue 11: doctor's summary line first (--json has no use for it)
+        click.echo(visible(doctor_line(app, settings, records.heartbeat)))
     click.echo(diagnose_json(report, limit) if as_json
                else for_terminal(render_diagnose(report, style, limit), style))
+
+
+def doctor_line(app: AppContext, settings: Settings, beat: Heartbeat | None) -> str:
+    """The line the live daemon recorded with its heartbeat while it still holds; else the
+    checks run now (they load the whole config and more: issue 21)."""
+    from opencode_autoretry.diagnostics.doctor.recorded import recorded_summary
+
+    opencode_config = paths.opencode_config_dir().expanduser()
+    recorded = recorded_summary(beat, settings, opencode_config, SystemClock().now())
+    if recorded is not None:
+        return recorded
+    from opencode_autoretry.diagnostics.doctor.report import quick_summary
+
+    return quick_summary(app)
 
 
 @click.command("timeline")

@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, cast
 
-from opencode_autoretry.decisions.classifier import classify
 from opencode_autoretry.diagnostics.records import DaemonRecords, daemon_abort_for
 from opencode_autoretry.models import Kind, LiveFacts, Message, Role, Turn, Verdict, to_epoch_ms
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
@@ -102,6 +101,9 @@ def _classify_group(
     runaway_steps: int,
     whole_turn: bool,
 ) -> list[ClassifiedStep]:
+    # Classified only here (a report on a warm index reads the digests): issue 21.
+    from opencode_autoretry.decisions.classifier import classify
+
     loaded = whole_turn or len(group) >= runaway_steps
     context = _group_steps(db, group, whole_turn) if loaded else list(group)
     position = {m.id: i for i, m in enumerate(context)}

@@ -41,7 +41,7 @@ from opencode_autoretry.models import BudgetGroup
 from opencode_autoretry.notifications.config import NotifyConfig
 from opencode_autoretry.repetition.penalties import PENALTY_RANGES
 from opencode_autoretry.telemetry.config import TelemetryConfig
-from opencode_autoretry.todos.continuation import TodoConfig
+from opencode_autoretry.todos.config import TodoConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

@@ -20,16 +20,14 @@ from opencode_autoretry.models import (
     Role,
     Turn,
 )
+from opencode_autoretry.todos.config import TodoConfig, load_todo_config, with_todo_budget
 from opencode_autoretry.todos.continuation import (
     Todo,
-    TodoConfig,
     continuation_text,
     countdown_toast,
-    load_todo_config,
     signature,
     stagnant_run,
     todo_verdict,
-    with_todo_budget,
 )
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

@@ -87,6 +87,10 @@ class AppContext:
         names["AUTORETRY_CONFIG"] = self._config_path
         return {name: str(value) for name, value in names.items() if value is not None}
 
+    def copy(self) -> AppContext:
+        """The same flags, nothing resolved yet (a thread that must read the files anew)."""
+        return AppContext(dict(self._flags), self._config_path)
+
     @property
     def config_path(self) -> Path | None:
         return self._config_path

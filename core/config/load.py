@@ -33,7 +33,7 @@ from opencode_autoretry.goals.config import GoalConfig, load_goal_config, with_g
 from opencode_autoretry.notifications.config import NotifyConfig, load_notify
 from opencode_autoretry.repetition.penalties import load_penalties
 from opencode_autoretry.telemetry.config import TelemetryConfig, load_telemetry
-from opencode_autoretry.todos.continuation import TodoConfig, load_todo_config, with_todo_budget
+from opencode_autoretry.todos.config import TodoConfig, load_todo_config, with_todo_budget
 
 #: The exit status of every command for a bad configuration (a usage error, as click's).
 EXIT_BAD_CONFIG = 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -78,3 +79,11 @@ def file_exists(path: Path) -> bool:
         return path.exists()
     except OSError:
         return False
+
+
+def opencode_config_files(environ: Mapping[str, str], config_dir: Path) -> list[Path]:
+    """Where OpenCode reads its global config: ``$OPENCODE_CONFIG``, then the config dir
+    (``[fallback]``'s models are checked against it; doctor's recorded line stamps it)."""
+    explicit = environ.get("OPENCODE_CONFIG")
+    files = [Path(explicit).expanduser()] if explicit else []
+    return [*files, config_dir / "opencode.json", config_dir / "config.json"]

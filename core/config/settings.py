@@ -20,7 +20,7 @@ from opencode_autoretry.config import paths
 POLICY_TABLES = ("budgets", "providers", "messages")
 #: Raw tables validated where they are used: ``[repetition.penalties.<provider>]`` (issue 6).
 REPETITION_TABLE = "repetition"
-#: ``[todos]`` (issue 9), validated by ``opencode_autoretry.todos.continuation.load_todo_config``.
+#: ``[todos]`` (issue 9), validated by ``opencode_autoretry.todos.config.load_todo_config``.
 TODOS_TABLE = "todos"
 #: ``[stall]``: what the stall detector may do beyond root stalls (issue 9); key -> field.
 STALL_TABLE = "stall"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from opencode_autoretry.causes import Cause, Facts, ModelSwitch
+from opencode_autoretry.config.paths import opencode_config_files
 from opencode_autoretry.config.settings import ConfigError
 from opencode_autoretry.decisions.budget import DecisionContext
 from opencode_autoretry.decisions.error_kinds import usage_limited
@@ -217,13 +218,6 @@ def _fresh_transient_budget(ledger: TurnLedger, message_id: str | None) -> TurnL
     handled = ledger.handled | {message_id} if message_id else ledger.handled
     return replace(ledger, used=used, exhausted=ledger.exhausted - INTERRUPTION_GROUPS,
                    handled=handled, first_failure=None)
-
-
-def opencode_config_files(environ: Mapping[str, str], config_dir: Path) -> list[Path]:
-    """Where OpenCode reads its global config: ``$OPENCODE_CONFIG``, then the config dir."""
-    explicit = environ.get("OPENCODE_CONFIG")
-    files = [Path(explicit).expanduser()] if explicit else []
-    return [*files, config_dir / "opencode.json", config_dir / "config.json"]
 
 
 def check_models(chains: FallbackChains, environ: Mapping[str, str], config_dir: Path) -> None:

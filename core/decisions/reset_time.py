@@ -23,7 +23,6 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime, time, timedelta, timezone, tzinfo
-from email.utils import parsedate_to_datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from opencode_autoretry.models import ErrorInfo
@@ -133,6 +132,8 @@ def _retry_after(raw: str | None, now: datetime) -> datetime | None:
         return now + timedelta(seconds=seconds)
     if raw is None or not raw.strip():
         return None
+    from email.utils import parsedate_to_datetime  # HTTP dates only: most headers are seconds
+
     try:
         when = parsedate_to_datetime(raw.strip())
     except (TypeError, ValueError, IndexError, OverflowError):

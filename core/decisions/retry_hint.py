@@ -13,7 +13,6 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
 from opencode_autoretry.models import ErrorInfo
 
@@ -73,6 +72,8 @@ def _retry_after_ms(raw: str | None, now: datetime) -> float | None:
         return seconds * 1000
     if raw is None or not raw.strip():
         return None
+    from email.utils import parsedate_to_datetime  # HTTP dates only: the reports never parse
+
     try:
         when = parsedate_to_datetime(raw.strip())
     except (TypeError, ValueError, IndexError, OverflowError):

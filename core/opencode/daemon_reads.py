@@ -7,13 +7,15 @@ daemon reads on every batch of new rows."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from opencode_autoretry.models import Message, Role, Turn, to_epoch_ms
 from opencode_autoretry.opencode.dbtypes import EventRow
 from opencode_autoretry.opencode.reader import DbReader
 from opencode_autoretry.opencode.shapes import group_turns, is_real_user, load_json
-from opencode_autoretry.todos.continuation import Todo
+
+if TYPE_CHECKING:  # the todo reader (continuation's regexes) is the daemon's: not the reports'
+    from opencode_autoretry.todos.continuation import Todo
 
 
 class DaemonReads(DbReader):
@@ -60,6 +62,8 @@ class DaemonReads(DbReader):
 
     def todos(self, session_id: str) -> list[Todo]:
         """The session's todo list as ``todowrite`` last wrote it, in order (PK lookup)."""
+        from opencode_autoretry.todos.continuation import Todo
+
         if not self._has_table("todo"):
             return []
         sql = "SELECT content, status, priority FROM todo WHERE session_id = ? ORDER BY position"

@@ -7,7 +7,6 @@ same rows (``index_source``)."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from collections.abc import Iterable
@@ -86,6 +85,8 @@ class ReportQueries(DbReader):
 
     def closest_sessions(self, ref: str, limit: int = 5) -> list[Session]:
         """The sessions whose id or slug look most like ``ref`` (for "did you mean")."""
+        import difflib  # only when a session is not found
+
         rows = self._rows("SELECT id, slug FROM session")
         scored: list[tuple[float, str]] = []
         needle = ref.lower()

@@ -18,12 +18,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
-
 from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.decisions.observed import would_do
 from opencode_autoretry.models import BudgetGroup, Decision, TurnLedger, from_epoch_ms, to_epoch_ms
-from opencode_autoretry.store.legacy_reasons import legacy_cause
 from opencode_autoretry.store.sqlite_uri import readonly_uri
 
 GLOBAL_SCOPE = "*"
@@ -39,6 +36,10 @@ def _type_old_decisions(conn: sqlite3.Connection) -> None:
     if "facts" not in columns:
         conn.execute("ALTER TABLE decisions ADD COLUMN facts TEXT NOT NULL DEFAULT '{}'")
     rows = conn.execute("SELECT id, action, reason FROM decisions WHERE cause IS NULL").fetchall()
+    if not rows:  # a new store, or the empty one a report reads before any daemon ran
+        return
+    from opencode_autoretry.store.legacy_reasons import legacy_cause  # its ~35 patterns: here
+
     for row_id, action, reason in rows:
         cause, facts = legacy_cause(str(action), str(reason))
         conn.execute("UPDATE decisions SET cause = ?, facts = ? WHERE id = ?",
@@ -160,6 +161,9 @@ class DecisionRecord:
     def of_legacy(cls, **values: Any) -> DecisionRecord:
         """A record as an older release wrote it (reason text only): typed as migration 5
         types it."""
+        # Only rows of older releases read their reason: the patterns compile on the first.
+        from opencode_autoretry.store.legacy_reasons import legacy_cause
+
         cause, facts = legacy_cause(str(values["action"]), str(values["reason"]))
         return cls(**values, cause=cause, facts=facts)
 
@@ -427,26 +431,26 @@ class _Reader:
         self._conn.close()
 
 
-def _migrate(db: sqlite_utils.Database) -> None:
-    db.execute(
-        "CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied INTEGER)"
-    )
-    done = {row[0] for row in db.execute("SELECT version FROM migrations").fetchall()}
+def _migrate(conn: sqlite3.Connection) -> None:
+    with conn:
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied INTEGER)"
+        )
+    done = {row[0] for row in conn.execute("SELECT version FROM migrations").fetchall()}
     for version, script in enumerate(MIGRATIONS, start=1):
         if version in done:
             continue
-        with db.conn:
-            _run_migration(db.conn, script)
-            db.execute("INSERT INTO migrations VALUES (?, strftime('%s','now'))", [version])
+        with conn:
+            _run_migration(conn, script)
+            conn.execute("INSERT INTO migrations VALUES (?, strftime('%s','now'))", [version])
 
 
 class Store(_Reader):
     """The daemon's writer. One process writes; every write is its own transaction, but for
     the groups of writes inside ``atomic``."""
 
-    def __init__(self, db: sqlite_utils.Database) -> None:
-        super().__init__(db.conn)
-        self._db = db
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__(conn)
         self._depth = 0  # how many ``atomic`` blocks are open
 
     @classmethod
@@ -455,13 +459,15 @@ class Store(_Reader):
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
-            db = sqlite_utils.Database(conn)
-            _migrate(db)
+            # Plain sqlite3 (sqlite-utils only wrapped this connection, and cost the reports
+            # ~50 ms of imports: issue 21); recursive triggers as sqlite-utils switched them on.
+            conn.execute("PRAGMA recursive_triggers=on")
+            _migrate(conn)
         except (sqlite3.DatabaseError, OSError) as exc:  # OSError: found by fuzzing the CLI
             raise StoreError(f"cannot open the autoretry store {str(path)[:200]}: "
                              f"{str(exc)[:200]}") from exc
         os.chmod(path, 0o600)
-        return cls(db)
+        return cls(conn)
 
     def _write(self, sql: str, params: tuple[Any, ...]) -> int:
         if self._depth:  # inside ``atomic``: committed with the rest of its writes

@@ -32,10 +32,10 @@ from opencode_autoretry.decisions.error_kinds import ABORT_NAMES
 from opencode_autoretry.decisions.policy import fill
 from opencode_autoretry.models import Action, BudgetGroup, Decision, Kind, LiveFacts, Turn, Verdict
 from opencode_autoretry.store.database import Store
+from opencode_autoretry.todos.config import TodoConfig
 from opencode_autoretry.todos.continuation import (
     Signature,
     Todo,
-    TodoConfig,
     countdown_toast,
     signature,
     todo_verdict,

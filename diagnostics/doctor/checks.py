@@ -16,10 +16,16 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from opencode_autoretry.config import paths
 from opencode_autoretry.config.load import parse_config
 from opencode_autoretry.config.settings import ConfigError, Settings, config_line
 from opencode_autoretry.diagnostics.doctor.machine import Machine
+from opencode_autoretry.diagnostics.doctor.recorded import (
+    BAD_LINE_COUNTERS,
+    LAUNCHD_LABEL,
+    SERVICE,
+    launchd_plist,
+    service_unit,
+)
 from opencode_autoretry.notifications.config import redact_url
 from opencode_autoretry.opencode import versions
 from opencode_autoretry.opencode.db import OpenCodeDB
@@ -28,11 +34,8 @@ from opencode_autoretry.plugin_bridge import install as installer
 from opencode_autoretry.store.database import STALE_HEARTBEAT, Heartbeat
 from opencode_autoretry.telemetry.config import load_telemetry
 
-SERVICE = "opencode-autoretry.service"
-LAUNCHD_LABEL = "com.github.opencode-autoretry"
 START_DAEMON = ("start the daemon: autoretry start (autoretry setup makes it a service), or "
                 "autoretry run in a terminal")
-BAD_LINE_COUNTERS = ("garbage", "oversize", "unknown", "partial", "rejected")
 
 
 class Status(StrEnum):
@@ -274,8 +277,7 @@ def _launchd(machine: Machine, plist: Path) -> Check:
 
 
 def check_service(subject: Subject, machine: Machine) -> Check:
-    unit = paths.config_home() / "systemd" / "user" / SERVICE
-    plist = Path.home() / "Library" / "LaunchAgents" / f"{LAUNCHD_LABEL}.plist"
+    unit, plist = service_unit(), launchd_plist()  # the recorded line stamps the same files
     if machine.platform.startswith("linux") and unit.exists():
         return _systemd(machine, unit)
     if machine.platform == "darwin" and plist.exists():

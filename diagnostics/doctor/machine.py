@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
-
 from opencode_autoretry import package_version
 
 #: Executable names of OpenCode (the npm package links ``opencode.exe`` to the native binary).
@@ -56,6 +54,8 @@ def is_opencode(argv: tuple[str, ...], name: str) -> bool:
 
 def own_opencode_processes() -> list[ProcessInfo]:
     """This user's OpenCode processes; a child of another one (a worker) is not listed."""
+    import psutil  # only with a live daemon to compare with: diagnose's line mostly skips it
+
     uid = os.getuid()
     found: list[ProcessInfo] = []
     for proc in psutil.process_iter(["pid", "ppid", "name", "uids", "cmdline"]):
@@ -68,6 +68,12 @@ def own_opencode_processes() -> list[ProcessInfo]:
             found.append(ProcessInfo(info["pid"], info.get("ppid") or 0, argv))
     pids = {p.pid for p in found}
     return [p for p in found if p.ppid not in pids]
+
+
+def pid_exists(pid: int) -> bool:
+    import psutil
+
+    return psutil.pid_exists(pid)
 
 
 def _now() -> datetime:
@@ -89,7 +95,7 @@ class Machine:
     which: Callable[[str], str | None] = shutil.which
     run: Callable[[list[str], float], tuple[int, str]] = run_command
     processes: Callable[[], list[ProcessInfo]] = own_opencode_processes
-    pid_alive: Callable[[int], bool] = psutil.pid_exists
+    pid_alive: Callable[[int], bool] = pid_exists
     now: Callable[[], datetime] = _now
     uid: int = field(default_factory=os.getuid)
     platform: str = sys.platform

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sqlite3
 from collections import Counter
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from opencode_autoretry.diagnostics.doctor.checks import (
     check_telemetry,
 )
 from opencode_autoretry.diagnostics.doctor.machine import Machine
+from opencode_autoretry.diagnostics.doctor.recorded import inputs_digest, make_record
 from opencode_autoretry.store.database import Heartbeat, StoreError, StoreView
 
 REPORT_VERSION = 1
@@ -137,12 +139,24 @@ def render_doctor(checks: Sequence[Check]) -> str:
     return "\n".join(lines)
 
 
-def quick_summary(app: AppContext) -> str:
-    """Doctor's summary line without running ``opencode --version`` (for ``diagnose``), with
-    the hint to run doctor when a check is not ok (doctor's own output lists the checks
-    above its summary, so only here does the hint belong)."""
-    checks = run_checks(subject_for(app, None, None), Machine(run_binary=False))
+def _quick_line(checks: Sequence[Check]) -> str:
     line = summary_line(checks)
     if any(check.status is not Status.OK for check in checks):
         line += "; run `autoretry doctor`"
     return line
+
+
+def quick_summary(app: AppContext) -> str:
+    """Doctor's summary line without running ``opencode --version`` (for ``diagnose``), with
+    the hint to run doctor when a check is not ok (doctor's own output lists the checks
+    above its summary, so only here does the hint belong)."""
+    return _quick_line(run_checks(subject_for(app, None, None), Machine(run_binary=False)))
+
+
+def summary_record(app: AppContext, now: datetime) -> dict[str, str]:
+    """``quick_summary``'s line with the digest of what its checks read (``recorded``): what
+    the daemon's heartbeat carries for ``diagnose``."""
+    subject = subject_for(app, None, None)
+    line = _quick_line(run_checks(subject, Machine(run_binary=False)))
+    digest = inputs_digest(subject.settings, subject.opencode_config, subject.heartbeat)
+    return make_record(line, now, digest)

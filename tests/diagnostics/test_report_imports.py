@@ -1,0 +1,207 @@
+"""Each report command imports what it draws, and no more (issue 21).
+
+Every command runs in a fresh interpreter against the seeded DB and store (this test process
+has long imported everything), after one ``diagnose 0`` that builds the report index, so
+``diagnose`` and ``trace`` read it warm as a user's second run does. Each must print its
+report (a command that printed nothing, or failed, would import little), must not load the
+daemon's libraries, the store's old wrapper or the parts a warm report does not use, and
+must stay within a module budget: ``python -X importtime`` on the 1 M-message DB said where
+the time goes (bench/README.md, "Report commands (issue 21)"). With a live daemon's heartbeat
+carrying doctor's line, ``diagnose`` prints that line and imports no check, unless something
+the checks read changed since.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from seeded_reports import Seeded, seed
+
+#: What no report uses: the todo judge and its ~60 patterns (only the daemon judges todos).
+TODO_JUDGE = ("opencode_autoretry.todos.continuation", "opencode_autoretry.todos.reply_intent")
+#: Never imported by a report: the daemon and its libraries, the store's former wrapper
+#: (sqlite-utils and its dateutil), the optional notifier.
+NEVER = (
+    *TODO_JUDGE,
+    "apscheduler",
+    "watchdog",
+    "sqlite_utils",
+    "dateutil",
+    "apprise",
+    "opencode_autoretry.daemon.loop",
+    "opencode_autoretry.daemon.actions",
+)
+#: What ``diagnose`` on a warm index does not use: the classifier and its patterns (steps were
+#: classified when the index was built), HTTP-date parsing (``retry_hint``'s, by way of the
+#: classifier). ``trace`` still classifies the steps its continuations answered.
+WARM_INDEX = ("opencode_autoretry.decisions.classifier",
+              "opencode_autoretry.decisions.retry_hint")
+#: Doctor's checks (``diagnose``'s first line only: the other reports never run them).
+DOCTOR = ("opencode_autoretry.diagnostics.doctor.checks", "psutil")
+
+PROBE = """
+import json, sys
+from opencode_autoretry.cli.main import main
+code = 0
+try:
+    main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def is_json(name: str) -> Callable[[str], bool]:
+    return lambda out: json.loads(out)["report"] == name
+
+
+def has(*lines: str) -> Callable[[str], bool]:
+    return lambda out: all(line in out for line in lines)
+
+
+def probe_env(home: Path) -> dict[str, str]:
+    return {"TZ": "UTC", "NO_COLOR": "1", "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "AUTORETRY_CONFIG": str(home / "no-config.toml")}
+
+
+def run_probe(
+    seeded: Seeded, home: Path, args: Sequence[str], store: Path | None = None
+) -> tuple[str, list[str]]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AUTORETRY_", "OPENCODE_"))}
+    env.update(probe_env(home))
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, "--db", str(seeded.db), "--store",
+         str(store or seeded.store), *args],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )
+    probe = json.loads(done.stderr.strip().splitlines()[-1])
+    assert probe["code"] in (0, None), f"{args} exited {probe['code']}: {done.stderr[-2000:]}"
+    return done.stdout, probe["modules"]
+
+
+def pulled(modules: Sequence[str], heavy: Sequence[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in heavy))
+
+
+# (arguments, what the output must show, modules it must not import, module budget). Each
+# budget is what this branch imported on the seeded DB plus ~8 % (in brackets; before issue
+# 21's cuts: diagnose 403, diagnose --json 340, trace 309, errors 279, timeline 283).
+CASES = [
+    (["diagnose", "0"], has("autoretry doctor: ", "autoretry diagnose — all time",
+                            "What autoretry did"), WARM_INDEX, 380),  # [351]
+    (["diagnose", "0", "--json"], is_json("diagnose"), (*WARM_INDEX, *DOCTOR, "email.utils"),
+     250),  # [230]
+    (["diagnose"], has("autoretry doctor: ", "autoretry diagnose — last 7 days"), WARM_INDEX,
+     380),  # [351]
+    (["diagnose", "--json"], is_json("diagnose"), (*WARM_INDEX, *DOCTOR, "email.utils"),
+     250),  # [230]
+    (["trace", "0"], has("autoretry trace — all time", "Continuations:"), DOCTOR, 250),  # [231]
+    (["trace", "0", "--json"], is_json("trace"), DOCTOR, 250),  # [228]
+    (["trace"], has("autoretry trace — last 7 days"), DOCTOR, 250),
+    (["errors"], has("The 10 newest errored steps", "autoretry timeline ses_"), DOCTOR,
+     215),  # [198]
+    (["errors", "--json"], is_json("errors"), DOCTOR, 215),  # [198]
+]
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
+    """The seeded DB, closed as OpenCode leaves it between writes (the shared fixture keeps
+    its writer open, and the index would catch up with its write-ahead log on every run)."""
+    found = seed(tmp_path_factory.mktemp("oc"))
+    found.rows.close()  # type: ignore[attr-defined]
+    return found
+
+
+@pytest.fixture(scope="module")
+def warm(seeded: Seeded, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home of its own, and the report index built (``diagnose 0``, as a user's first run)."""
+    home = tmp_path_factory.mktemp("home")
+    out, _ = run_probe(seeded, home, ["diagnose", "0"])
+    assert "What autoretry did" in out
+    return home
+
+
+@pytest.mark.parametrize(("args", "shows", "unused", "budget"), CASES,
+                         ids=[" ".join(c[0]) for c in CASES])
+def test_a_report_imports_what_it_draws(
+    seeded: Seeded, warm: Path, args: list[str], shows: Callable[[str], bool],
+    unused: Sequence[str], budget: int,
+) -> None:
+    out, modules = run_probe(seeded, warm, args)
+    assert shows(out), f"{args} did not print its report:\n{out[:2000]}"
+    assert pulled(modules, (*NEVER, *unused)) == []
+    assert len(modules) <= budget, f"{args}: {len(modules)} modules (budget {budget})"
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_timeline_imports_what_it_draws(seeded: Seeded, warm: Path, as_json: bool) -> None:
+    sid = seeded.sessions["main"]
+    out, modules = run_probe(seeded, warm, ["timeline", sid, *(["--json"] if as_json else [])])
+    assert (json.loads(out)["session"]["id"] == sid) if as_json else (sid in out)
+    assert pulled(modules, (*NEVER, *DOCTOR)) == []
+    assert len(modules) <= 220, f"timeline: {len(modules)} modules (budget 220)"  # [202]
+
+
+@pytest.fixture()
+def live_daemon_store(
+    seeded: Seeded, warm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A copy of the store whose heartbeat is a live daemon's (this process) carrying doctor's
+    line as ``daemon/health.py`` records it, computed in this process's copy of the probes'
+    environment."""
+    from opencode_autoretry.cli.context import AppContext
+    from opencode_autoretry.diagnostics.doctor.report import summary_record
+    from opencode_autoretry.store.database import Store
+
+    for name in [k for k in os.environ if k.startswith(("AUTORETRY_", "OPENCODE_"))]:
+        monkeypatch.delenv(name)
+    for name, value in probe_env(warm).items():
+        monkeypatch.setenv(name, value)
+    store = tmp_path / "autoretry.db"
+    shutil.copy(seeded.store, store)
+    now = datetime.now(tz=UTC)
+    info = {"started": now.isoformat(), "stopping": False, "bridges": [], "lines": {}}
+    with closing(Store.open(store)) as writer:  # open throughout, as the daemon holds it
+        writer.beat(now, os.getpid(), info)
+        record = summary_record(AppContext({"opencode_db": seeded.db, "store": store}, None),
+                                now)
+        writer.beat(now, os.getpid(), {**info, "doctor": record})
+        yield store, record
+
+
+def test_diagnose_prints_the_live_daemons_line_without_running_the_checks(
+    seeded: Seeded, warm: Path, live_daemon_store: tuple[Path, dict[str, str]]
+) -> None:
+    store, record = live_daemon_store
+    out, modules = run_probe(seeded, warm, ["diagnose", "0"], store=store)
+    assert out.splitlines()[0] == record["summary"]
+    assert "autoretry diagnose — all time" in out
+    assert pulled(modules, (*NEVER, *DOCTOR)) == []
+
+
+def test_diagnose_runs_the_checks_when_what_they_read_changed(
+    seeded: Seeded, warm: Path, live_daemon_store: tuple[Path, dict[str, str]]
+) -> None:
+    store, record = live_daemon_store
+    plugins = warm / "config" / "opencode" / "plugins"
+    plugins.mkdir(parents=True)
+    (plugins / "autoretry.js").write_text("// edited\n")  # the bridge file changed since
+    try:
+        out, modules = run_probe(seeded, warm, ["diagnose", "0"], store=store)
+    finally:
+        shutil.rmtree(warm / "config" / "opencode")
+    assert out.splitlines()[0].startswith("autoretry doctor: ")
+    assert "bridge" in out.splitlines()[0] and "autoretry diagnose — all time" in out
+    assert pulled(modules, ("opencode_autoretry.diagnostics.doctor.checks",)) != []
