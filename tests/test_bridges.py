@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from opencode_autoretry import package_version
+from opencode_autoretry.daemon.intake.batch_queue import BatchQueue
 from opencode_autoretry.daemon.intake.bridges import (
     BridgeClosed,
     BridgeConnected,
@@ -42,9 +43,10 @@ def sock_dir() -> Iterator[Path]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture
-def inbox() -> queue.Queue:
-    return queue.Queue()
+@pytest.fixture(params=["queue", "batch"])
+def inbox(request: pytest.FixtureRequest) -> queue.Queue:
+    """Each test with a plain queue and with the daemon's ``BatchQueue`` (issue 21)."""
+    return queue.Queue() if request.param == "queue" else BatchQueue()
 
 
 @pytest.fixture
