@@ -38,6 +38,7 @@ sys.path.insert(0, str(E2E))
 from daemon_process import DaemonProcess, wait_until  # noqa: E402
 from fake_provider import RESPONDERS, FakeProvider, _chunk, _usage  # noqa: E402
 from opencode import (  # noqa: E402
+    EventLog,
     OpenCodeHome,
     OpenCodeServer,
     ensure_opencode,
@@ -113,6 +114,38 @@ class TimedProvider:
                     return self.sent[tag]
             time.sleep(0.01)  # the provider runs in threads of this process; cheap poll
         raise AssertionError(f"the provider never finished the fault tagged {tag!r}")
+
+
+class TimedEventLog(EventLog):
+    """OpenCode's ``/event`` stream as the bench process receives it, with the arrival time
+    (``time.time()``) of each event: when OpenCode published what ended a turn, give or take
+    the SSE hop, which splits a fault's latency into OpenCode's part and the daemon's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived: list[float] = []
+
+    def add(self, event: dict[str, Any]) -> None:
+        with self._cond:
+            self.arrived.append(time.time())
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def first_end(self, session_id: str, since: int) -> float | None:
+        """Arrival time of the first event from index ``since`` on that ends the session's
+        turn (idle, in either shape, or an error)."""
+        with self._cond:
+            for index in range(since, len(self._events)):
+                event = self._events[index]
+                props = event.get("properties") or {}
+                if props.get("sessionID") != session_id:
+                    continue
+                kind = event.get("type")
+                status = props.get("status") if kind == "session.status" else None
+                if kind in ("session.idle", "session.error") or (
+                        isinstance(status, dict) and status.get("type") == "idle"):
+                    return self.arrived[index]
+        return None
 
 
 def plain_home(root: Path, provider_url: str) -> OpenCodeHome:
@@ -300,6 +333,7 @@ def start_opencode(binary: Path, bench: Rig, coalesce_ms: int | None) -> OpenCod
     env = bench.opencode_env(None if coalesce_ms is None else str(coalesce_ms))
     seen = len(bench.daemon.lines())
     server = bench.server = OpenCodeServer.start(binary, bench.home, env)
+    server.events = TimedEventLog()  # the SSE reader adds to whatever ``events`` is now
     server.ok("GET", "/path")
     warm = server.create_session()["id"]
     server.prompt_async(warm, "hello")
@@ -321,11 +355,19 @@ def start_streams(server: OpenCodeServer, provider: TimedProvider, sessions: int
     return ids
 
 
+@dataclass(frozen=True)
+class FaultTiming:
+    latency: float  # ms from the provider's last byte to the daemon's first decision
+    reason: str  # that decision's reason
+    #: ms from the provider's last byte to the turn's end arriving over OpenCode's ``/event``
+    #: stream in this process (None without a ``TimedEventLog``): OpenCode's part
+    published: float | None = None
+
+
 def fault_latency(server: OpenCodeServer, daemon: DaemonProcess, provider: TimedProvider,
-                  fault: str, tag: str) -> tuple[float, str]:
-    """One fault in a new session: (ms from the provider's last byte of the faulty response
-    to the daemon's first decision about the session, that decision's reason). Returns when
-    the session went idle, so its trailing writes do not overlap the next fault."""
+                  fault: str, tag: str) -> FaultTiming:
+    """One fault in a new session, timed. Returns when the session went idle, so its
+    trailing writes do not overlap the next fault."""
     session = server.create_session()["id"]
     seen = server.events.count()
     server.prompt_async(session, f"Answer this [[s:bench_fault:{fault}.{tag}]]")
@@ -335,7 +377,10 @@ def fault_latency(server: OpenCodeServer, daemon: DaemonProcess, provider: Timed
     server.events.wait_for(
         lambda e: e.get("type") == "session.idle" and e["properties"].get("sessionID") == session,
         TURN_S, f"session.idle for {session}", since=seen)
-    return at_ms - sent_at * 1000, reason
+    events = server.events
+    ended = events.first_end(session, seen) if isinstance(events, TimedEventLog) else None
+    return FaultTiming(at_ms - sent_at * 1000, reason,
+                       None if ended is None else (ended - sent_at) * 1000)
 
 
 def first_decision_ms(daemon: DaemonProcess, session_id: str) -> tuple[int, str] | None:
@@ -411,8 +456,8 @@ def write_section(title: str, body: str) -> None:
 
 
 __all__ = [
-    "DefaultDaemon", "OpenCodeServer", "Rig", "Sampler", "StoreView", "TimedProvider", "Usage",
-    "bridge_home", "ensure_opencode", "fault_latency", "first_decision_ms", "machine_note",
-    "percentile", "plain_home", "remove", "rig", "scratch", "start_opencode", "start_streams",
-    "summary", "wait_for", "warm_up", "write_section",
+    "DefaultDaemon", "FaultTiming", "OpenCodeServer", "Rig", "Sampler", "StoreView",
+    "TimedEventLog", "TimedProvider", "Usage", "bridge_home", "ensure_opencode", "fault_latency",
+    "first_decision_ms", "machine_note", "percentile", "plain_home", "remove", "rig", "scratch",
+    "start_opencode", "start_streams", "summary", "wait_for", "warm_up", "write_section",
 ]

@@ -81,9 +81,9 @@ def measure(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvid
     jitter = random.Random(5)
     for index in range(faults):
         tag = f"{mode.replace('-', '')}{fault.replace('_', '')}{index}"
-        latency, reason = fault_latency(server, daemon, provider, fault, tag)
-        latencies.append(latency)
-        reasons.append(reason)
+        timing = fault_latency(server, daemon, provider, fault, tag)
+        latencies.append(timing.latency)
+        reasons.append(timing.reason)
         # Start the next fault at a random phase of the daemon's 1 s tick: back-to-back
         # faults would lock onto one phase.
         time.sleep(0.5 + jitter.random())

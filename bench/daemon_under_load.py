@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from daemon_harness import (
+    FaultTiming,
     OpenCodeServer,
     Rig,
     Sampler,
@@ -90,8 +91,7 @@ class Streams:
 
 @dataclass
 class Phase:
-    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
-    reasons: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+    timings: dict[str, list[FaultTiming]] = field(default_factory=lambda: defaultdict(list))
     usages: list[Usage] = field(default_factory=list)
     streamed_decided: int = 0  # streamed sessions the daemon decided about (must stay 0)
     streamed: int = 0
@@ -106,10 +106,8 @@ def faults_window(server: OpenCodeServer, bench: Rig, provider: TimedProvider, p
     sampler = Sampler(daemon.process.pid).begin()
     for _ in range(faults):
         for kind in kinds:
-            tag = f"{name.replace(' ', '')}{kind.replace('_', '')}{len(phase.latencies[kind])}"
-            latency, reason = fault_latency(server, daemon, provider, kind, tag)
-            phase.latencies[kind].append(latency)
-            phase.reasons[kind].append(reason)
+            tag = f"{name.replace(' ', '')}{kind.replace('_', '')}{len(phase.timings[kind])}"
+            phase.timings[kind].append(fault_latency(server, daemon, provider, kind, tag))
             time.sleep(0.5 + jitter.random())  # the next fault at another phase of the tick
     usage = sampler.end()
     published = len(server.events.of_type("message.part.delta")) - published0
@@ -163,24 +161,37 @@ def cpu_cell(usages: list[Usage]) -> str:
     return f"{100 * cpu / wall:.2f} % at {deltas / wall:.0f} deltas/s ({wall:.0f} s)"
 
 
+def split_cell(timings: list[FaultTiming]) -> str:
+    """p50 / p95 of OpenCode's part (to its ``/event`` stream) and of the rest (bridge,
+    socket, daemon), where the SSE arrival was seen."""
+    seen = [t for t in timings if t.published is not None]
+    if not seen:
+        return ""
+    opencode = summary([t.published for t in seen if t.published is not None])
+    rest = summary([t.latency - t.published for t in seen if t.published is not None])
+    return (f"{opencode['p50']:.0f} / {opencode['p95']:.0f} ms; "
+            f"{rest['p50']:.0f} / {rest['p95']:.0f} ms")
+
+
 def table(phases: dict[str, Phase], kinds: list[str], note: str) -> str:
     lines = [
         "| fault | phase | faults | p50 | p95 | max | p95 under load / no load | goal p95 "
-        "| decision (most common) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| OpenCode's part; the rest: p50 / p95 | decision (most common) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for kind in kinds:
-        base = summary(phases[NO_LOAD].latencies[kind])
+        base = summary([t.latency for t in phases[NO_LOAD].timings[kind]])
         for name, phase in phases.items():
-            values, reasons = phase.latencies[kind], phase.reasons[kind]
-            s = summary(values)
+            timings = phase.timings[kind]
+            reasons = [t.reason for t in timings]
+            s = summary([t.latency for t in timings])
             ratio = f"{s['p95'] / base['p95']:.2f}x" if name == LOAD and base["p95"] else ""
             goal = (f"<= {GOAL_P95_MS:.0f} ms {'met' if s['p95'] <= GOAL_P95_MS else '**missed**'}"
                     if name == LOAD else "baseline")
             common = max(set(reasons), key=reasons.count).split(" (")[0]
             lines.append(f"| `{kind}` | {name} | {s['n']} | {s['p50']:.0f} ms "
                          f"| {s['p95']:.0f} ms | {s['max']:.0f} ms | {ratio} | {goal} "
-                         f"| {common} |")
+                         f"| {split_cell(timings)} | {common} |")
     load = phases[LOAD]
     return (
         "`.venv/bin/python bench/daemon_under_load.py` (real OpenCode 1.18.33 with the bridge, "
@@ -190,7 +201,10 @@ def table(phases: dict[str, Phase], kinds: list[str], note: str) -> str:
         "session at once) while the faults run one after the other in sessions of their own, "
         "the kinds taking turns, each 0.5-1.5 s after the previous one's session went idle. "
         "Latency = `decisions.at` minus the moment the fake provider sent the faulty response's "
-        "last byte.\n\n" + "\n".join(lines)
+        "last byte. *OpenCode's part*: until the turn's end (idle or error) arrived over "
+        "OpenCode's `/event` stream in the bench process (the bridge gets the same event in "
+        "OpenCode's process); *the rest*: from there to the decision (bridge, socket, daemon)."
+        "\n\n" + "\n".join(lines)
         + f"\n\nDaemon CPU over the windows (faults included): no load "
         f"{cpu_cell(phases[NO_LOAD].usages)}, under load {cpu_cell(load.usages)}. Streamed "
         f"sessions the daemon decided about: {load.streamed_decided} of {load.streamed}."
@@ -214,7 +228,9 @@ def main() -> None:
                  args.rounds)
     for kind in kinds:
         for name, phase in phases.items():
-            print(f"{kind} {name} ms: " + ", ".join(f"{v:.0f}" for v in phase.latencies[kind]))
+            print(f"{kind} {name} ms: " + ", ".join(
+                f"{t.latency:.0f}" + ("" if t.published is None else f" ({t.published:.0f})")
+                for t in phase.timings[kind]))
     text = table(phases, kinds, note)
     print(text)
     if not args.no_readme:
