@@ -7,7 +7,6 @@ loop in the main thread until SIGTERM/SIGINT.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -124,7 +123,6 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
         if settings.observing:
             log.warning("OBSERVE MODE: every decision is recorded as what autoretry would "
                         "do; nothing is sent, aborted or switched (mode = \"observe\")")
-        settle_heap()
         loop.run(inbox)
     finally:
         keeper.stop()
@@ -143,14 +141,6 @@ def serve(config: Config, reload_check: Callable[[], str | None] | None = None) 
         return True
     log.info("autoretry daemon stopped")
     return False
-
-
-def settle_heap() -> None:
-    """What start-up built (modules, configuration, the parts) lives as long as the daemon:
-    collected once, then moved out of the collector's sight, so the full collections a
-    stream of bridge lines triggers now and then no longer walk it (issue 21)."""
-    gc.collect()
-    gc.freeze()
 
 
 def restart_in_place() -> NoReturn:
