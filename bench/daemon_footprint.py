@@ -124,7 +124,8 @@ def print_profile(path: Path) -> None:
 
 
 def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, words: int,
-        profile: bool = False, pairs: int = 1, spy: Path | None = None) -> dict[str, Usage]:
+        profile: bool = False, pairs: int = 1, spy: Path | None = None,
+        window: int | None = None) -> dict[str, Usage]:
     """Idle once, then ``pairs`` x (streaming with every delta its own line, streaming with
     the bridge's coalescing): the same daemon, machine and load, back to back."""
     with rig("ar-foot-", binary, provider) as bench:
@@ -138,9 +139,9 @@ def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, wor
             results = {"idle": idle(daemon, idle_s)}
             print(f"idle: {results['idle']}", flush=True)
             for pair in range(pairs):
-                for name, window in (("streaming, uncoalesced", 0), ("streaming", None)):
+                for name, coalesce in (("streaming, uncoalesced", 0), ("streaming", window)):
                     server.stop()
-                    server = start_opencode(binary, bench, window)
+                    server = start_opencode(binary, bench, coalesce)
                     key = name if pairs == 1 else f"{name} #{pair + 1}"
                     usage = streaming(server, daemon, provider, sessions, words, spy, key)
                     results[key] = usage
@@ -206,6 +207,9 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60.0)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--words", type=int, default=1500)
+    parser.add_argument("--window", type=int, default=None, metavar="MS",
+                        help="the coalesced runs' window (AUTORETRY_BRIDGE_COALESCE_MS; default: "
+                        "the bridge's own, 50 ms): what a wider one would save")
     parser.add_argument("--pairs", type=int, default=1,
                         help="uncoalesced/coalesced streaming pairs to run back to back")
     parser.add_argument("--no-readme", action="store_true")
@@ -221,7 +225,7 @@ def main() -> None:
     note = machine_note()
     provider = TimedProvider().start()
     results = run(ensure_opencode(), provider, args.idle, args.sessions, args.words,
-                  args.profile, args.pairs, args.py_spy)
+                  args.profile, args.pairs, args.py_spy, args.window)
     text = table(results, args, note)
     print(text)
     if not (args.no_readme or args.profile or args.py_spy):
