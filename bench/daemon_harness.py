@@ -325,10 +325,11 @@ class Sampler:
                      threads=tuple(item for item in threads if item[1] > 0))
 
 
-def start_opencode(binary: Path, bench: Rig, coalesce_ms: int | None) -> OpenCodeServer:
+def start_opencode(binary: Path, bench: Rig, coalesce_ms: int | None,
+                   bridge: bool = True) -> OpenCodeServer:
     """OpenCode with the bridge, once its hello reached the rig's (started) daemon;
     ``coalesce_ms`` 0 turns the bridge's delta coalescing off (every delta its own line, as
-    before issue 12)."""
+    before issue 12). ``bridge`` False: a home without the plugin (nothing to wait for)."""
     assert bench.daemon is not None
     env = bench.opencode_env(None if coalesce_ms is None else str(coalesce_ms))
     seen = len(bench.daemon.lines())
@@ -338,7 +339,8 @@ def start_opencode(binary: Path, bench: Rig, coalesce_ms: int | None) -> OpenCod
     warm = server.create_session()["id"]
     server.prompt_async(warm, "hello")
     server.wait_idle(warm, TURN_S)
-    bench.daemon.wait_log("connected: pid", TURN_S, after=seen)
+    if bridge:
+        bench.daemon.wait_log("connected: pid", TURN_S, after=seen)
     return server
 
 

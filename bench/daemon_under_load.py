@@ -34,10 +34,12 @@ from daemon_harness import (
     Sampler,
     TimedProvider,
     Usage,
+    bridge_home,
     ensure_opencode,
     fault_latency,
     first_decision_ms,
     machine_note,
+    plain_home,
     rig,
     start_opencode,
     start_streams,
@@ -117,13 +119,13 @@ def faults_window(server: OpenCodeServer, bench: Rig, provider: TimedProvider, p
 
 
 def run(binary: Path, provider: TimedProvider, kinds: list[str], faults: int, sessions: int,
-        words: int, rounds: int) -> dict[str, Phase]:
+        words: int, rounds: int, bridge: bool = True) -> dict[str, Phase]:
     phases = {NO_LOAD: Phase(), LOAD: Phase()}
     jitter = random.Random(21)
     per_round = -(-faults // rounds)
-    with rig("ar-load-", binary, provider) as bench:
+    with rig("ar-load-", binary, provider, bridge_home if bridge else plain_home) as bench:
         bench.new_daemon().start()
-        server = start_opencode(binary, bench, None)
+        server = start_opencode(binary, bench, None, bridge)
         for done in range(0, faults, per_round):
             count = min(per_round, faults - done)
             faults_window(server, bench, provider, phases[NO_LOAD], NO_LOAD, kinds, count,
@@ -219,13 +221,17 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=1500)
     parser.add_argument("--rounds", type=int, default=2,
                         help="no-load/under-load window pairs the faults are spread over")
+    parser.add_argument("--no-bridge", action="store_true",
+                        help="OpenCode without the plugin: the daemon decides from the DB "
+                        "(skip: no live owner); shows OpenCode's part without the bridge's "
+                        "work in its process (implies --no-readme)")
     parser.add_argument("--no-readme", action="store_true")
     args = parser.parse_args()
     note = machine_note()
     kinds = args.kinds.split(",")
     provider = TimedProvider().start()
     phases = run(ensure_opencode(), provider, kinds, args.faults, args.sessions, args.words,
-                 args.rounds)
+                 args.rounds, not args.no_bridge)
     for kind in kinds:
         for name, phase in phases.items():
             print(f"{kind} {name} ms: " + ", ".join(
@@ -233,7 +239,7 @@ def main() -> None:
                 for t in phase.timings[kind]))
     text = table(phases, kinds, note)
     print(text)
-    if not args.no_readme:
+    if not (args.no_readme or args.no_bridge):
         write_section("Fault to decision under load", text)
 
 
