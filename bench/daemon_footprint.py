@@ -1,7 +1,7 @@
 """RSS and CPU of the resident daemon, idle and with 20 sessions streaming (issue 5).
 
     .venv/bin/python bench/daemon_footprint.py [--idle 60] [--sessions 20] [--words 1500]
-                                              [--pairs 1]
+                                              [--pairs 1] [--window MS]
 
 Real OpenCode 1.18.33 with the bridge plugin, ``autoretry run`` with default settings.
 - idle: one bridge connected, nothing happening, ``--idle`` seconds.

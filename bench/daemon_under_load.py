@@ -1,7 +1,7 @@
 """Fault to decision while 20 sessions stream, against the same with no load (issue 21).
 
     .venv/bin/python bench/daemon_under_load.py [--faults 20] [--kinds blank,http400_disconnect]
-        [--sessions 20] [--words 1500] [--rounds 2]
+        [--sessions 20] [--words 1500] [--rounds 2] [--no-bridge]
 
 One daemon (default settings) and one OpenCode 1.18.33 with the bridge (default coalescing),
 in one process and run. Phases alternate, ``--rounds`` times: *no load* (only the faults) and
