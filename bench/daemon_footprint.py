@@ -1,7 +1,7 @@
 """RSS and CPU of the resident daemon, idle and with 20 sessions streaming (issue 5).
 
     .venv/bin/python bench/daemon_footprint.py [--idle 60] [--sessions 20] [--words 1500]
-                                              [--pairs 1]
+                                              [--pairs 1] [--window MS]
 
 Real OpenCode 1.18.33 with the bridge plugin, ``autoretry run`` with default settings.
 - idle: one bridge connected, nothing happening, ``--idle`` seconds.
@@ -22,87 +22,25 @@ import pstats
 import signal
 import subprocess
 import sys
-import threading
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
-import psutil
 from daemon_harness import (
+    TURN_S,
     DefaultDaemon,
     OpenCodeServer,
-    Rig,
+    Sampler,
     TimedProvider,
+    Usage,
     ensure_opencode,
     first_decision_ms,
     machine_note,
     rig,
-    wait_for,
+    start_opencode,
+    start_streams,
     write_section,
 )
-
-MB = 1024 * 1024
-TURN_S = 60.0
-
-
-@dataclass(frozen=True)
-class Usage:
-    wall: float
-    cpu: float  # seconds of CPU (user + system) in the window
-    rss_max: float  # MB
-    rss_end: float  # MB
-    loop_cpu: float = 0.0  # seconds of the main thread (the decision loop) within ``cpu``
-    extra: str = ""
-    deltas_per_s: float = 0.0  # ``message.part.delta`` published by OpenCode in the window
-
-    @property
-    def us_per_delta(self) -> float:
-        return 1e6 * self.cpu / (self.deltas_per_s * self.wall) if self.deltas_per_s else 0.0
-
-    @property
-    def core_share(self) -> float:
-        return 100.0 * self.cpu / self.wall
-
-
-class Sampler:
-    """Samples the daemon's RSS every 0.5 s between ``begin`` and ``end``."""
-
-    def __init__(self, pid: int) -> None:
-        self.process = psutil.Process(pid)
-        self._rss: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._cpu0 = 0.0
-        self._loop0 = 0.0
-        self._t0 = 0.0
-
-    def _cpu(self) -> float:
-        times = self.process.cpu_times()
-        return times.user + times.system
-
-    def _loop_cpu(self) -> float:
-        """The main thread's CPU: ``serve`` runs the decision loop there (its tid is the pid);
-        the bridge readers, the DB tailer, the watcher and the timers are the other threads."""
-        main = [t for t in self.process.threads() if t.id == self.process.pid]
-        return main[0].user_time + main[0].system_time if main else 0.0
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            self._rss.append(self.process.memory_info().rss)
-
-    def begin(self) -> Sampler:
-        self._t0, self._cpu0, self._loop0 = time.monotonic(), self._cpu(), self._loop_cpu()
-        self._rss.append(self.process.memory_info().rss)
-        self._thread.start()
-        return self
-
-    def end(self, extra: str = "") -> Usage:
-        cpu, wall = self._cpu() - self._cpu0, time.monotonic() - self._t0
-        loop = self._loop_cpu() - self._loop0
-        self._stop.set()
-        self._thread.join(timeout=2)
-        rss = self.process.memory_info().rss
-        return Usage(wall, cpu, max([*self._rss, rss]) / MB, rss / MB, loop, extra)
 
 
 def idle(daemon: DefaultDaemon, seconds: float) -> Usage:
@@ -150,12 +88,7 @@ def lines_read(daemon: DefaultDaemon, after: float = 0.0) -> tuple[float, int]:
 
 def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvider,
               sessions: int, words: int, spy: Path | None = None, name: str = "") -> Usage:
-    ids = [server.create_session()["id"] for _ in range(sessions)]
-    before = len(provider.provider.requests())
-    for session in ids:
-        server.prompt_async(session, f"Tell me a long story [[s:bench_stream:{words}]]")
-    provider.provider.wait_for_requests(before + sessions, TURN_S)
-    wait_for(lambda: provider.chunks >= sessions * 3, TURN_S, "all streams flowing", 0.05)
+    ids = start_streams(server, provider, sessions, words)
     chunks0 = provider.chunks
     published0 = len(server.events.of_type("message.part.delta"))
     beat0 = lines_read(daemon)
@@ -177,11 +110,11 @@ def streaming(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProv
     # Ordinary streams: the daemon must have decided nothing (no loop, no failure) about them.
     decided = sum(first_decision_ms(daemon, session) is not None for session in ids)
     dropped = [line for line in daemon.lines() if "dropped" in line]
-    return Usage(usage.wall, usage.cpu, usage.rss_max, usage.rss_end, usage.loop_cpu,
+    return replace(usage, deltas_per_s=published, extra=(
                  f"{rate:.0f} chunks/s sent by the provider, {published:.0f} "
                  f"`message.part.delta`/s published by OpenCode, ~{line_rate:.0f} bridge "
                  f"lines/s read by the daemon; decisions: {decided}; "
-                 f"bridge drop reports: {len(dropped)}", published)
+                 f"bridge drop reports: {len(dropped)}"))
 
 
 def print_profile(path: Path) -> None:
@@ -190,23 +123,9 @@ def print_profile(path: Path) -> None:
         pstats.Stats(str(path)).sort_stats("tottime").print_stats(20)
 
 
-def start_opencode(binary: Path, bench: Rig, coalesce_ms: int | None) -> OpenCodeServer:
-    """OpenCode with the bridge, once its hello reached the rig's daemon; ``coalesce_ms`` 0
-    turns the bridge's delta coalescing off (every delta its own line, as before issue 12)."""
-    assert bench.daemon is not None
-    env = bench.opencode_env(None if coalesce_ms is None else str(coalesce_ms))
-    seen = len(bench.daemon.lines())
-    server = bench.server = OpenCodeServer.start(binary, bench.home, env)
-    server.ok("GET", "/path")
-    warm = server.create_session()["id"]
-    server.prompt_async(warm, "hello")
-    server.wait_idle(warm, TURN_S)
-    bench.daemon.wait_log("connected: pid", TURN_S, after=seen)
-    return server
-
-
 def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, words: int,
-        profile: bool = False, pairs: int = 1, spy: Path | None = None) -> dict[str, Usage]:
+        profile: bool = False, pairs: int = 1, spy: Path | None = None,
+        window: int | None = None) -> dict[str, Usage]:
     """Idle once, then ``pairs`` x (streaming with every delta its own line, streaming with
     the bridge's coalescing): the same daemon, machine and load, back to back."""
     with rig("ar-foot-", binary, provider) as bench:
@@ -220,9 +139,9 @@ def run(binary: Path, provider: TimedProvider, idle_s: float, sessions: int, wor
             results = {"idle": idle(daemon, idle_s)}
             print(f"idle: {results['idle']}", flush=True)
             for pair in range(pairs):
-                for name, window in (("streaming, uncoalesced", 0), ("streaming", None)):
+                for name, coalesce in (("streaming, uncoalesced", 0), ("streaming", window)):
                     server.stop()
-                    server = start_opencode(binary, bench, window)
+                    server = start_opencode(binary, bench, coalesce)
                     key = name if pairs == 1 else f"{name} #{pair + 1}"
                     usage = streaming(server, daemon, provider, sessions, words, spy, key)
                     results[key] = usage
@@ -288,6 +207,9 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60.0)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--words", type=int, default=1500)
+    parser.add_argument("--window", type=int, default=None, metavar="MS",
+                        help="the coalesced runs' window (AUTORETRY_BRIDGE_COALESCE_MS; default: "
+                        "the bridge's own, 50 ms): what a wider one would save")
     parser.add_argument("--pairs", type=int, default=1,
                         help="uncoalesced/coalesced streaming pairs to run back to back")
     parser.add_argument("--no-readme", action="store_true")
@@ -303,7 +225,7 @@ def main() -> None:
     note = machine_note()
     provider = TimedProvider().start()
     results = run(ensure_opencode(), provider, args.idle, args.sessions, args.words,
-                  args.profile, args.pairs, args.py_spy)
+                  args.profile, args.pairs, args.py_spy, args.window)
     text = table(results, args, note)
     print(text)
     if not (args.no_readme or args.profile or args.py_spy):

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 ROOT = Path(__file__).resolve().parents[1]
 E2E = ROOT / "tests" / "e2e"
 README = ROOT / "bench" / "README.md"
@@ -36,6 +38,7 @@ sys.path.insert(0, str(E2E))
 from daemon_process import DaemonProcess, wait_until  # noqa: E402
 from fake_provider import RESPONDERS, FakeProvider, _chunk, _usage  # noqa: E402
 from opencode import (  # noqa: E402
+    EventLog,
     OpenCodeHome,
     OpenCodeServer,
     ensure_opencode,
@@ -64,6 +67,8 @@ class TimedProvider:
         self.provider = FakeProvider()
         self.sent: dict[str, float] = {}  # tag -> time.time() after the last byte
         self.chunks = 0  # stream chunks sent so far (all bench_stream responses)
+        #: Called (in the provider's handler thread) when a ``bench_stream`` response ended.
+        self.on_stream_end: Callable[[], None] | None = None
         self._lock = threading.Lock()
         self.provider.responders.update({"bench_fault": self._fault, "bench_stream": self._stream})
 
@@ -98,6 +103,8 @@ class TimedProvider:
             if release.wait(0.02):
                 break
         handler._finish("stop", _usage(count))
+        if self.on_stream_end is not None:
+            self.on_stream_end()
 
     def wait_sent(self, tag: str, timeout: float) -> float:
         deadline = time.monotonic() + timeout
@@ -107,6 +114,38 @@ class TimedProvider:
                     return self.sent[tag]
             time.sleep(0.01)  # the provider runs in threads of this process; cheap poll
         raise AssertionError(f"the provider never finished the fault tagged {tag!r}")
+
+
+class TimedEventLog(EventLog):
+    """OpenCode's ``/event`` stream as the bench process receives it, with the arrival time
+    (``time.time()``) of each event: when OpenCode published what ended a turn, give or take
+    the SSE hop, which splits a fault's latency into OpenCode's part and the daemon's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.arrived: list[float] = []
+
+    def add(self, event: dict[str, Any]) -> None:
+        with self._cond:
+            self.arrived.append(time.time())
+            self._events.append(event)
+            self._cond.notify_all()
+
+    def first_end(self, session_id: str, since: int) -> float | None:
+        """Arrival time of the first event from index ``since`` on that ends the session's
+        turn (idle, in either shape, or an error)."""
+        with self._cond:
+            for index in range(since, len(self._events)):
+                event = self._events[index]
+                props = event.get("properties") or {}
+                if props.get("sessionID") != session_id:
+                    continue
+                kind = event.get("type")
+                status = props.get("status") if kind == "session.status" else None
+                if kind in ("session.idle", "session.error") or (
+                        isinstance(status, dict) and status.get("type") == "idle"):
+                    return self.arrived[index]
+        return None
 
 
 def plain_home(root: Path, provider_url: str) -> OpenCodeHome:
@@ -210,6 +249,142 @@ def rig(prefix: str, binary: Path, provider: TimedProvider,
         remove(root)
 
 
+MB = 1024 * 1024
+TURN_S = 60.0
+
+
+@dataclass(frozen=True)
+class Usage:
+    wall: float
+    cpu: float  # seconds of CPU (user + system) in the window
+    rss_max: float  # MB
+    rss_end: float  # MB
+    loop_cpu: float = 0.0  # seconds of the main thread (the decision loop) within ``cpu``
+    extra: str = ""
+    deltas_per_s: float = 0.0  # ``message.part.delta`` published by OpenCode in the window
+    #: CPU seconds per native thread id in the window (the busiest first); ``--py-spy``'s
+    #: folded stacks name the ids (``thread (TID): NAME``)
+    threads: tuple[tuple[int, float], ...] = ()
+
+    @property
+    def us_per_delta(self) -> float:
+        return 1e6 * self.cpu / (self.deltas_per_s * self.wall) if self.deltas_per_s else 0.0
+
+    @property
+    def core_share(self) -> float:
+        return 100.0 * self.cpu / self.wall
+
+
+class Sampler:
+    """Samples the daemon's RSS every 0.5 s between ``begin`` and ``end``."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self._rss: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._cpu0 = 0.0
+        self._loop0 = 0.0
+        self._t0 = 0.0
+        self._threads0: dict[int, float] = {}
+
+    def _cpu(self) -> float:
+        times = self.process.cpu_times()
+        return times.user + times.system
+
+    def _per_thread(self) -> dict[int, float]:
+        return {t.id: t.user_time + t.system_time for t in self.process.threads()}
+
+    def _loop_cpu(self) -> float:
+        """The main thread's CPU: ``serve`` runs the decision loop there (its tid is the pid);
+        the bridge readers, the DB tailer, the watcher and the timers are the other threads."""
+        main = [t for t in self.process.threads() if t.id == self.process.pid]
+        return main[0].user_time + main[0].system_time if main else 0.0
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self._rss.append(self.process.memory_info().rss)
+
+    def begin(self) -> Sampler:
+        self._t0, self._cpu0, self._loop0 = time.monotonic(), self._cpu(), self._loop_cpu()
+        self._threads0 = self._per_thread()
+        self._rss.append(self.process.memory_info().rss)
+        self._thread.start()
+        return self
+
+    def end(self, extra: str = "") -> Usage:
+        cpu, wall = self._cpu() - self._cpu0, time.monotonic() - self._t0
+        loop = self._loop_cpu() - self._loop0
+        threads = sorted(((tid, used - self._threads0.get(tid, 0.0))
+                          for tid, used in self._per_thread().items()),
+                         key=lambda item: -item[1])
+        self._stop.set()
+        self._thread.join(timeout=2)
+        rss = self.process.memory_info().rss
+        return Usage(wall, cpu, max([*self._rss, rss]) / MB, rss / MB, loop, extra,
+                     threads=tuple(item for item in threads if item[1] > 0))
+
+
+def start_opencode(binary: Path, bench: Rig, coalesce_ms: int | None,
+                   bridge: bool = True) -> OpenCodeServer:
+    """OpenCode with the bridge, once its hello reached the rig's (started) daemon;
+    ``coalesce_ms`` 0 turns the bridge's delta coalescing off (every delta its own line, as
+    before issue 12). ``bridge`` False: a home without the plugin (nothing to wait for)."""
+    assert bench.daemon is not None
+    env = bench.opencode_env(None if coalesce_ms is None else str(coalesce_ms))
+    seen = len(bench.daemon.lines())
+    server = bench.server = OpenCodeServer.start(binary, bench.home, env)
+    server.events = TimedEventLog()  # the SSE reader adds to whatever ``events`` is now
+    server.ok("GET", "/path")
+    warm = server.create_session()["id"]
+    server.prompt_async(warm, "hello")
+    server.wait_idle(warm, TURN_S)
+    if bridge:
+        bench.daemon.wait_log("connected: pid", TURN_S, after=seen)
+    return server
+
+
+def start_streams(server: OpenCodeServer, provider: TimedProvider, sessions: int, words: int
+                  ) -> list[str]:
+    """``sessions`` new sessions prompted at once, each answered by ``words`` words of
+    non-repeating prose (``bench_stream``); returns once every stream is flowing."""
+    ids = [server.create_session()["id"] for _ in range(sessions)]
+    before = len(provider.provider.requests())
+    for session in ids:
+        server.prompt_async(session, f"Tell me a long story [[s:bench_stream:{words}]]")
+    provider.provider.wait_for_requests(before + sessions, TURN_S)
+    wait_for(lambda: provider.chunks >= sessions * 3, TURN_S, "all streams flowing", 0.05)
+    return ids
+
+
+@dataclass(frozen=True)
+class FaultTiming:
+    latency: float  # ms from the provider's last byte to the daemon's first decision
+    reason: str  # that decision's reason
+    #: ms from the provider's last byte to the turn's end arriving over OpenCode's ``/event``
+    #: stream in this process (None without a ``TimedEventLog``): OpenCode's part
+    published: float | None = None
+
+
+def fault_latency(server: OpenCodeServer, daemon: DaemonProcess, provider: TimedProvider,
+                  fault: str, tag: str) -> FaultTiming:
+    """One fault in a new session, timed. Returns when the session went idle, so its
+    trailing writes do not overlap the next fault."""
+    session = server.create_session()["id"]
+    seen = server.events.count()
+    server.prompt_async(session, f"Answer this [[s:bench_fault:{fault}.{tag}]]")
+    sent_at = provider.wait_sent(tag, TURN_S)
+    at_ms, reason = wait_for(lambda: first_decision_ms(daemon, session), TURN_S,
+                             f"a decision for fault {tag}")
+    server.events.wait_for(
+        lambda e: e.get("type") == "session.idle" and e["properties"].get("sessionID") == session,
+        TURN_S, f"session.idle for {session}", since=seen)
+    events = server.events
+    ended = events.first_end(session, seen) if isinstance(events, TimedEventLog) else None
+    return FaultTiming(at_ms - sent_at * 1000, reason,
+                       None if ended is None else (ended - sent_at) * 1000)
+
+
 def first_decision_ms(daemon: DaemonProcess, session_id: str) -> tuple[int, str] | None:
     """(decisions.at in epoch ms, reason) of the session's first decision, if any."""
     view = daemon.store()
@@ -283,7 +458,8 @@ def write_section(title: str, body: str) -> None:
 
 
 __all__ = [
-    "DefaultDaemon", "OpenCodeServer", "Rig", "TimedProvider", "bridge_home", "ensure_opencode",
+    "DefaultDaemon", "FaultTiming", "OpenCodeServer", "Rig", "Sampler", "StoreView",
+    "TimedEventLog", "TimedProvider", "Usage", "bridge_home", "ensure_opencode", "fault_latency",
     "first_decision_ms", "machine_note", "percentile", "plain_home", "remove", "rig", "scratch",
-    "summary", "wait_for", "warm_up", "write_section", "StoreView",
+    "start_opencode", "start_streams", "summary", "wait_for", "warm_up", "write_section",
 ]

@@ -29,12 +29,11 @@ from daemon_harness import (
     TimedProvider,
     bridge_home,
     ensure_opencode,
-    first_decision_ms,
+    fault_latency,
     machine_note,
     plain_home,
     rig,
     summary,
-    wait_for,
     write_section,
 )
 
@@ -82,16 +81,11 @@ def measure(server: OpenCodeServer, daemon: DefaultDaemon, provider: TimedProvid
     jitter = random.Random(5)
     for index in range(faults):
         tag = f"{mode.replace('-', '')}{fault.replace('_', '')}{index}"
-        session = server.create_session()["id"]
-        server.prompt_async(session, f"Answer this [[s:bench_fault:{fault}.{tag}]]")
-        sent_at = provider.wait_sent(tag, TURN_S)
-        at_ms, reason = wait_for(lambda s=session: first_decision_ms(daemon, s), TURN_S,
-                                 f"a decision for fault {tag}")
-        latencies.append(at_ms - sent_at * 1000)
-        reasons.append(reason)
-        server.wait_idle(session, TURN_S)
-        # Settle the session's trailing writes (title), then start the next fault at a random
-        # phase of the daemon's 1 s tick: back-to-back faults would lock onto one phase.
+        timing = fault_latency(server, daemon, provider, fault, tag)
+        latencies.append(timing.latency)
+        reasons.append(timing.reason)
+        # Start the next fault at a random phase of the daemon's 1 s tick: back-to-back
+        # faults would lock onto one phase.
         time.sleep(0.5 + jitter.random())
     return latencies, reasons
 

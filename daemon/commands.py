@@ -73,6 +73,7 @@ def serve(
     from opencode_autoretry.clock import SystemClock
     from opencode_autoretry.daemon.health import DoctorLine
     from opencode_autoretry.daemon.inbox import Reload, Shutdown
+    from opencode_autoretry.daemon.intake.batch_queue import BatchQueue
     from opencode_autoretry.daemon.intake.bridges import BridgeServer
     from opencode_autoretry.daemon.intake.sources import DbTailer
     from opencode_autoretry.daemon.intake.watch import WalWatcher
@@ -88,7 +89,7 @@ def serve(
 
     settings = config.settings
     store = Store.open(settings.store)
-    inbox: queue.Queue[object] = queue.Queue()
+    inbox: queue.Queue[object] = BatchQueue()  # the bridge readers put a read's lines at once
     parts = PartHealth()  # what is broken: logged once, shown by `autoretry status`
     notifier = start_notifier(config.notify, inbox.put)  # workers post their results to the inbox
     # issue 24: OpenTelemetry is imported only when [telemetry] otlp_endpoint is set

@@ -365,6 +365,8 @@ class Loop:
         if kind in _PROGRESS:
             view.last_activity = now
         self.repetition.on_event(view, kind, props, now)
+        if kind == "message.part.delta":
+            return  # most events by far; only progress and the loop watch read them (issue 21)
         self.todos.on_event(session_id, kind, props, now, ours=view.abort_requested is not None)
         if kind == "session.error" and self.todos.aborted(session_id):
             self.goals.on_abort(session_id, now)  # the user stopped the turn: its goal ends

@@ -8,6 +8,7 @@ import shutil
 import socket
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from opencode_autoretry import package_version
+from opencode_autoretry.daemon.intake.batch_queue import BatchQueue
 from opencode_autoretry.daemon.intake.bridges import (
     BridgeClosed,
     BridgeConnected,
@@ -42,9 +44,10 @@ def sock_dir() -> Iterator[Path]:
     shutil.rmtree(directory, ignore_errors=True)
 
 
-@pytest.fixture
-def inbox() -> queue.Queue:
-    return queue.Queue()
+@pytest.fixture(params=["queue", "batch"])
+def inbox(request: pytest.FixtureRequest) -> queue.Queue:
+    """Each test with a plain queue and with the daemon's ``BatchQueue`` (issue 21)."""
+    return queue.Queue() if request.param == "queue" else BatchQueue()
 
 
 @pytest.fixture
@@ -137,6 +140,35 @@ def test_lines_of_one_write_keep_their_order_and_are_all_counted(server, inbox):
     assert server.counters().garbage == 1
     assert {m.conn_id for m in items} == {connected.conn_id}
     client.close()
+
+
+def test_a_hello_inside_one_write_keeps_its_place_among_the_lines(server, inbox):
+    """Issue 21: a read's messages go into the inbox together; a hello among them (the first
+    line a bridge writes, often in the same write as its first events) still comes first,
+    and what follows it is handled as that hello's connection's."""
+    client = connect(server, hello=None)
+    stats = [line({"type": "stats", "dropped": i, "queued": 0}) for i in range(3)]
+    client.sendall(line(HELLO) + b"".join(stats))
+    items = [inbox.get(timeout=WAIT) for _ in range(4)]
+    assert isinstance(items[0], BridgeConnected)
+    assert [type(item) for item in items[1:]] == [BridgeMessage] * 3
+    assert [item.message.dropped for item in items[1:]] == [0, 1, 2]
+    assert read_line(client)["type"] == "welcome"
+    client.close()
+
+
+def test_batch_queue_puts_all_in_order_and_wakes_a_waiting_reader():
+    batches = BatchQueue()
+    got: list[object] = []
+    reader = threading.Thread(target=lambda: got.extend(batches.get(timeout=WAIT) for _ in
+                                                         range(4)))
+    reader.start()
+    batches.put_all([])  # nothing: no wake-up, nothing counted
+    batches.put("first")
+    batches.put_all(["a", "b", "c"])
+    reader.join(timeout=WAIT)
+    assert got == ["first", "a", "b", "c"]
+    assert batches.unfinished_tasks == 4 and batches.qsize() == 0
 
 
 @pytest.mark.parametrize(

@@ -212,3 +212,36 @@ def test_a_line_of_many_small_objects_is_refused():
     text = "{}" * 100_000  # brackets inside a string are no containers: kept
     line = json.dumps({"v": 1, "type": "event", "t": 1, "event": {"type": "x", "s": text}})
     assert protocol.parse_line(line)["event"]["s"] == text
+
+
+@pytest.mark.parametrize("text", [
+    '{"v":1,"type":"event","t":1,"event":{"type":"message.part.delta"}}',
+    '{"a":1} ',
+    ' {"a":1}',
+    '{"a":1}{"b":2}',
+    '{"a":1} x}',
+    '{"a":}',
+    '{"a":"\\ud83d"}',
+    '\ufeff{"a":1}',
+    '{"a":' + "[" * 5000 + "]" * 5000 + "}",
+    '{"a":1' + "0" * 5000 + "}",
+    "{}",
+    "{",
+    "}",
+    "[1]",
+    '{"a":NaN}',
+    '{"a":1}\n',
+])
+def test_the_fast_line_decode_is_json_loads(text):
+    """Issue 21: ``_loads`` skips json.loads's Python layers for a plain object line; every
+    result and every error must be json.loads's own."""
+    from opencode_autoretry.plugin_bridge.protocol import _loads
+
+    try:
+        expected: object = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        with pytest.raises(type(exc)) as raised:
+            _loads(text)
+        assert str(raised.value) == str(exc)
+    else:
+        assert _loads(text) == expected

@@ -29,6 +29,7 @@ from typing import Any
 
 from opencode_autoretry import package_version
 from opencode_autoretry.clock import Clock, SystemClock
+from opencode_autoretry.daemon.intake.batch_queue import BatchQueue
 from opencode_autoretry.daemon.intake.hardening import PeerCheck, owned_private_dir, same_user
 from opencode_autoretry.daemon.parts import SOCKET, PartHealth
 from opencode_autoretry.opencode.versions import untested_warning
@@ -358,29 +359,48 @@ class BridgeServer:
             )
 
     def _handle_lines(self, conn: _Conn, lines: list[bytes]) -> None:
-        """Lines read together: one clock read (they arrived at the same moment)."""
+        """Lines read together: one clock read (they arrived at the same moment), one check
+        for room in the inbox, and one ``put_all`` (one lock round trip, one wake-up of the
+        loop) for their messages; a hello among them is handled where it stands."""
         self._count("lines", len(lines))
         now = self._clock.now()
+        batch: list[object] = []
         for line in lines:
-            self._handle_line(conn, line, now)
+            message = self._decode(conn, line)
+            if message is None:
+                continue
+            if isinstance(message, Hello):
+                self._put(conn, batch)
+                batch = []
+                conn.hello = message
+                self._warn_untested(message.opencode)
+                self._inbox.put(BridgeConnected(conn.conn_id, message, now))
+                self.send(conn.conn_id, Welcome(daemon=self._daemon_version))
+                continue
+            batch.append(BridgeMessage(conn.conn_id, message, now))
+        self._put(conn, batch)
 
-    def _handle_line(self, conn: _Conn, line: bytes, now: datetime) -> None:
+    def _decode(self, conn: _Conn, line: bytes) -> BridgeInbound | None:
+        """The line's message; None (counted and logged) for a line that is no message."""
         try:
             message = protocol.decode_from_bridge(line)
         except ProtocolError as exc:
             self._count("oversize" if exc.reason == "too_long" else "garbage")
             log.warning("bridge %s: bad line dropped (%s)", conn.conn_id, exc)
-            return
+            return None
         if isinstance(message, Unknown):
             self._count("unknown")
-        if isinstance(message, Hello):
-            conn.hello = message
-            self._warn_untested(message.opencode)
-            self._inbox.put(BridgeConnected(conn.conn_id, message, now))
-            self.send(conn.conn_id, Welcome(daemon=self._daemon_version))
+        return message
+
+    def _put(self, conn: _Conn, items: list[object]) -> None:
+        if not items:
             return
         self._wait_for_room(conn)
-        self._inbox.put(BridgeMessage(conn.conn_id, message, now))
+        if isinstance(self._inbox, BatchQueue):
+            self._inbox.put_all(items)
+            return
+        for item in items:  # a plain queue (tests): the same items, one by one
+            self._inbox.put(item)
 
     def _wait_for_room(self, conn: _Conn) -> None:
         """Back-pressure: while the inbox holds ``max_pending`` items this reader stops

@@ -274,11 +274,18 @@ class EventLog:
     def of_type(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.all() if e.get("type") == kind]
 
+    def count(self) -> int:
+        """Events collected so far (a ``since`` for ``wait_for``)."""
+        with self._cond:
+            return len(self._events)
+
     def wait_for(
-        self, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str
+        self, predicate: Callable[[dict[str, Any]], bool], timeout: float, what: str,
+        since: int = 0,
     ) -> dict[str, Any]:
+        """The first event from index ``since`` on that ``predicate`` accepts."""
         deadline = time.monotonic() + timeout
-        checked = 0  # each event is tested once: long streams must not cost O(n^2)
+        checked = since  # each event is tested once: long streams must not cost O(n^2)
         with self._cond:
             while True:
                 for event in self._events[checked:]:
