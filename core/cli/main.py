@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -11,7 +12,89 @@ import click
 from opencode_autoretry.cli.context import AppContext
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _config() -> list[click.Command]:
+    from opencode_autoretry.cli.config_command import COMMANDS
+
+    return COMMANDS
+
+
+def _daemon() -> list[click.Command]:
+    from opencode_autoretry.daemon.commands import COMMANDS
+
+    return COMMANDS
+
+
+def _exec() -> list[click.Command]:
+    from opencode_autoretry.daemon.headless.command import COMMANDS
+
+    return COMMANDS
+
+
+def _lifecycle() -> list[click.Command]:
+    from opencode_autoretry.daemon.lifecycle import COMMANDS
+
+    return COMMANDS
+
+
+def _notify() -> list[click.Command]:
+    from opencode_autoretry.daemon.notifications.commands import COMMANDS
+
+    return COMMANDS
+
+
+def _setup() -> list[click.Command]:
+    from opencode_autoretry.daemon.setup import COMMANDS
+
+    return COMMANDS
+
+
+def _reports() -> list[click.Command]:
+    from opencode_autoretry.diagnostics.commands import COMMANDS
+
+    return COMMANDS
+
+
+def _doctor() -> list[click.Command]:
+    from opencode_autoretry.diagnostics.doctor.command import COMMANDS
+
+    return COMMANDS
+
+
+def _bridge() -> list[click.Command]:
+    from opencode_autoretry.plugin_bridge.commands import COMMANDS
+
+    return COMMANDS
+
+
+#: Where each sub-command lives. A command's module is imported when it runs (or ``--help``
+#: lists them all), so a report does not load the daemon's commands (issue 21: ~25 ms).
+COMMAND_MODULES: dict[str, Callable[[], list[click.Command]]] = {
+    "config": _config,
+    **dict.fromkeys(("run", "on", "off", "status"), _daemon),
+    "exec": _exec,
+    **dict.fromkeys(("start", "stop", "restart", "logs"), _lifecycle),
+    "notify": _notify,
+    "setup": _setup,
+    **dict.fromkeys(("diagnose", "timeline", "errors", "trace"), _reports),
+    "doctor": _doctor,
+    "bridge": _bridge,
+}
+
+
+class _Commands(click.Group):
+    """``main``'s sub-commands, each loaded from its module when asked for."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        load = COMMAND_MODULES.get(cmd_name)
+        if load is None:
+            return None
+        return next((c for c in load() if c.name == cmd_name), None)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--db",
     "opencode_db",
@@ -49,25 +132,6 @@ def main(
 #: Sub-commands that write OpenCode's files (the bridge plugin and its command file), which
 #: keep the user's own umask (setup's state dirs are made private by ``private_state``).
 WRITES_FOR_OPENCODE = frozenset({"bridge", "setup"})
-
-
-def _attach_commands() -> None:
-    from opencode_autoretry.cli.config_command import COMMANDS as CONFIG
-    from opencode_autoretry.daemon.commands import COMMANDS as DAEMON
-    from opencode_autoretry.daemon.headless.command import COMMANDS as EXEC
-    from opencode_autoretry.daemon.lifecycle import COMMANDS as LIFECYCLE
-    from opencode_autoretry.daemon.notifications.commands import COMMANDS as NOTIFY
-    from opencode_autoretry.daemon.setup import COMMANDS as SETUP
-    from opencode_autoretry.diagnostics.commands import COMMANDS as REPORTS
-    from opencode_autoretry.diagnostics.doctor.command import COMMANDS as DOCTOR
-    from opencode_autoretry.plugin_bridge.commands import COMMANDS as BRIDGE
-
-    for command in [*REPORTS, *DAEMON, *LIFECYCLE, *CONFIG, *EXEC, *BRIDGE, *DOCTOR, *NOTIFY,
-                    *SETUP]:
-        main.add_command(command)
-
-
-_attach_commands()
 
 
 if __name__ == "__main__":  # pragma: no cover
