@@ -325,12 +325,16 @@ class GroupMemo:
         self._keep(key, session_id, (kept, outcome), since, now)
         return trigger, outcome
 
-    def rendered(self, now: datetime) -> dict[str, tuple[Rendered, int | None]]:
-        """``trace --json``'s remembered continuations, valid at ``now`` (trace_rows.py)."""
+    def rendered(
+        self, now: datetime, wanted: Sequence[str]
+    ) -> dict[str, tuple[Rendered, int | None]]:
+        """``trace``'s remembered continuations of the ``wanted`` marked messages, valid at
+        ``now`` (trace/rows.py): only those are read (a window's, not every one kept)."""
         if self._reader is None:
             return {}
         now_ms, found = to_epoch_ms(now), {}
-        for key, (sid, gen, valid_from, blob) in self._reader.memo_under(_RENDERED).items():
+        entries = self._reader.memo_for([f"{_RENDERED}{mid}" for mid in wanted])
+        for key, (sid, gen, valid_from, blob) in entries.items():
             if gen == self._gens.get(sid, 0) and valid_from <= now_ms:
                 mid = key[len(_RENDERED) :]
                 found[mid] = decode_rendered(mid, blob)

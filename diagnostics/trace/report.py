@@ -243,7 +243,7 @@ def build_trace(
     known = {i.id for i in injections}
     decided = {d.session_id for d in records.decisions}
     kept = getattr(memo, "rendered", None) if rendered and session_id is None else None
-    reused = reusable(kept(now), set(ids), decided, confirmed, known) if kept else {}
+    reused = reusable(kept(now, ids), set(ids), decided, confirmed, known) if kept else {}
     marked = db.messages_by_id([i for i in ids if i not in reused] if reused else ids)
     by_injection = {marker_of(m): m for m in marked if m.role is Role.USER}
     found: list[Any] = [

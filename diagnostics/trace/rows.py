@@ -98,7 +98,9 @@ def _time_us(value: datetime) -> int:
 class RenderedMemo(Protocol):
     """Where the rendered continuations are remembered (``GroupMemo``)."""
 
-    def rendered(self, now: datetime) -> dict[str, tuple[Rendered, int | None]]: ...
+    def rendered(
+        self, now: datetime, wanted: Sequence[str]
+    ) -> dict[str, tuple[Rendered, int | None]]: ...
 
     def keep_rendered(
         self, item: Rendered, marker: int | None, valid_from: int, now: datetime
