@@ -191,17 +191,26 @@ def diagnose(
 
 
 def doctor_line(app: AppContext, settings: Settings, beat: Heartbeat | None) -> str:
-    """The line the live daemon recorded with its heartbeat while it still holds; else the
-    checks run now (they load the whole config and more: issue 21)."""
-    from opencode_autoretry.diagnostics.doctor.recorded import recorded_summary
+    """The line the live daemon recorded with its heartbeat while it still holds, or the one
+    the last report kept on the same terms; else the checks run now (they load the whole
+    config and more: issue 21)."""
+    from opencode_autoretry.diagnostics.doctor.recorded import (
+        keep_summary,
+        kept_summary,
+        recorded_summary,
+    )
 
-    opencode_config = paths.opencode_config_dir().expanduser()
-    recorded = recorded_summary(beat, settings, opencode_config, SystemClock().now())
+    opencode_config, now = paths.opencode_config_dir().expanduser(), SystemClock().now()
+    recorded = recorded_summary(beat, settings, opencode_config, now) or kept_summary(
+        settings, opencode_config, beat, now
+    )
     if recorded is not None:
         return recorded
     from opencode_autoretry.diagnostics.doctor.report import quick_summary
 
-    return quick_summary(app)
+    line = quick_summary(app)
+    keep_summary(line, settings, opencode_config, beat, now)
+    return line
 
 
 @click.command("timeline")

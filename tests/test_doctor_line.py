@@ -23,6 +23,8 @@ from opencode_autoretry.daemon.health import DoctorLine
 from opencode_autoretry.diagnostics.doctor.recorded import (
     RECORD_KEY,
     inputs_digest,
+    keep_summary,
+    kept_summary,
     make_record,
     recorded_summary,
 )
@@ -137,3 +139,19 @@ def test_the_heartbeat_carries_the_latest_line(tmp_path: Path) -> None:
     record = make_record(LINE, NOW, "digest")
     harness.loop.doctor_line = lambda: record
     assert control.heartbeat_info(harness.loop)[RECORD_KEY] == record
+
+
+def test_a_report_keeps_its_line_on_the_same_terms(world: tuple[Settings, Path]) -> None:
+    settings, config = world
+    assert kept_summary(settings, config, None, NOW) is None  # nothing kept yet
+    keep_summary(LINE, settings, config, None, NOW)
+    kept = settings.store.parent / "doctor-line.json"
+    assert kept.is_file() and kept.stat().st_mode & 0o077 == 0  # private, as the state dir
+    assert kept_summary(settings, config, None, NOW + timedelta(seconds=44)) == LINE
+    assert kept_summary(settings, config, None, NOW + timedelta(seconds=46)) is None
+    assert kept_summary(replace(settings, enabled=False), config, None, NOW) is None
+    (config / "plugins").mkdir(parents=True)
+    (config / "plugins" / "autoretry.js").write_text("// installed since\n")
+    assert kept_summary(settings, config, None, NOW) is None
+    kept.write_text("{not json")
+    assert kept_summary(settings, config, None, NOW) is None

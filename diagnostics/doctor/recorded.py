@@ -10,6 +10,9 @@ they look at. ``diagnose`` prints the recorded line only when the daemon is live
 at most ``FRESH`` old and the same digest, taken now, matches; otherwise it runs the checks.
 What no digest covers: an OpenCode process started or ended since the record (``bridges``).
 
+With no live daemon, ``diagnose`` keeps the line it computed (``doctor-line.json`` in the state
+dir) on the same terms, so a report run again within ``FRESH`` does not run the checks either.
+
 Light on purpose: ``diagnose`` imports this module, never the checks, on the recorded path.
 """
 
@@ -116,7 +119,14 @@ def recorded_summary(
         return None
     if abs(now - beat.at) > STALE_HEARTBEAT:
         return None
-    record = beat.info.get(RECORD_KEY)
+    return _holding(beat.info.get(RECORD_KEY), settings, opencode_config, beat, now)
+
+
+def _holding(
+    record: object, settings: Settings, opencode_config: Path, beat: Heartbeat | None,
+    now: datetime,
+) -> str | None:
+    """A record's line if it is at most ``FRESH`` old and what the checks read is unchanged."""
     if not isinstance(record, Mapping) or not isinstance(record.get("summary"), str):
         return None
     try:
@@ -128,3 +138,37 @@ def recorded_summary(
     if record.get("inputs") != inputs_digest(settings, opencode_config, beat):
         return None
     return str(record["summary"])
+
+
+def _kept_file(settings: Settings) -> Path:
+    return settings.store.parent / "doctor-line.json"
+
+
+def kept_summary(
+    settings: Settings, opencode_config: Path, beat: Heartbeat | None, now: datetime
+) -> str | None:
+    """With no live daemon: the line the last ``diagnose`` computed, on the same terms as the
+    daemon's record (at most ``FRESH`` old, what the checks read unchanged)."""
+    try:
+        record = json.loads(_kept_file(settings).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return _holding(record, settings, opencode_config, beat, now)
+
+
+def keep_summary(
+    summary: str, settings: Settings, opencode_config: Path, beat: Heartbeat | None,
+    now: datetime,
+) -> None:
+    """Keep the line just computed for the next ``diagnose`` (best effort, private)."""
+    target = _kept_file(settings)
+    partial = target.with_name(f".{target.name}.{os.getpid()}")
+    try:
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # before the digest
+        record = make_record(summary, now, inputs_digest(settings, opencode_config, beat))
+        handle = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(json.dumps(record))
+        os.replace(partial, target)
+    except OSError:
+        partial.unlink(missing_ok=True)

@@ -212,3 +212,15 @@ def test_diagnose_runs_the_checks_when_what_they_read_changed(
     assert out.splitlines()[0].startswith("autoretry doctor: ")
     assert "bridge" in out.splitlines()[0] and "autoretry diagnose — all time" in out
     assert pulled(modules, ("opencode_autoretry.diagnostics.doctor.checks",)) != []
+
+
+def test_a_second_text_diagnose_prints_the_line_the_first_kept(
+    seeded: Seeded, warm: Path, tmp_path: Path
+) -> None:
+    store = tmp_path / "state" / "autoretry.db"  # no daemon has run with this state dir
+    first, before = run_probe(seeded, warm, ["diagnose"], store=store)
+    again, after = run_probe(seeded, warm, ["diagnose"], store=store)
+    line = first.splitlines()[0]
+    assert line.startswith("autoretry doctor: ") and again.splitlines()[0] == line
+    assert pulled(before, DOCTOR[:1]) and not pulled(after, DOCTOR)
+    assert (tmp_path / "state" / "doctor-line.json").is_file()
