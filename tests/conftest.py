@@ -8,9 +8,19 @@ worker takes the many short ones, and stealing evens out the rest.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Started as a background job of a non-interactive shell (``cmd &``), the suite inherits
+    SIGINT ignored, and so would every process it starts: the tests that end ``status --watch``
+    and ``logs -f`` with Ctrl-C then hung until their timeout. Ctrl-C is restored here (in the
+    controller and in each xdist worker), so those children start with it."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
