@@ -4,94 +4,70 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from opencode_autoretry.cli.context import AppContext
 
-
-def _config() -> list[click.Command]:
-    from opencode_autoretry.cli.config_command import COMMANDS
-
-    return COMMANDS
-
-
-def _daemon() -> list[click.Command]:
-    from opencode_autoretry.daemon.commands import COMMANDS
-
-    return COMMANDS
-
-
-def _exec() -> list[click.Command]:
-    from opencode_autoretry.daemon.headless.command import COMMANDS
-
-    return COMMANDS
-
-
-def _lifecycle() -> list[click.Command]:
-    from opencode_autoretry.daemon.lifecycle import COMMANDS
-
-    return COMMANDS
-
-
-def _notify() -> list[click.Command]:
-    from opencode_autoretry.daemon.notifications.commands import COMMANDS
-
-    return COMMANDS
-
-
-def _setup() -> list[click.Command]:
-    from opencode_autoretry.daemon.setup import COMMANDS
-
-    return COMMANDS
-
-
-def _reports() -> list[click.Command]:
-    from opencode_autoretry.diagnostics.commands import COMMANDS
-
-    return COMMANDS
-
-
-def _doctor() -> list[click.Command]:
-    from opencode_autoretry.diagnostics.doctor.command import COMMANDS
-
-    return COMMANDS
-
-
-def _bridge() -> list[click.Command]:
-    from opencode_autoretry.plugin_bridge.commands import COMMANDS
-
-    return COMMANDS
-
-
-#: Where each sub-command lives. A command's module is imported when it runs (or ``--help``
-#: lists them all), so a report does not load the daemon's commands (issue 21: ~25 ms).
-COMMAND_MODULES: dict[str, Callable[[], list[click.Command]]] = {
-    "config": _config,
-    **dict.fromkeys(("run", "on", "off", "status"), _daemon),
-    "exec": _exec,
-    **dict.fromkeys(("start", "stop", "restart", "logs"), _lifecycle),
-    "notify": _notify,
-    "setup": _setup,
-    **dict.fromkeys(("diagnose", "timeline", "errors", "trace"), _reports),
-    "doctor": _doctor,
-    "bridge": _bridge,
+#: Every sub-command by the module that defines it (``_commands_of`` imports that module).
+COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
+    "reports": ("diagnose", "timeline", "errors", "trace"),
+    "daemon": ("run", "on", "off", "status"),
+    "lifecycle": ("start", "stop", "restart", "logs"),
+    "config": ("config",),
+    "exec": ("exec",),
+    "bridge": ("bridge",),
+    "doctor": ("doctor",),
+    "notify": ("notify",),
+    "setup": ("setup",),
 }
+_GROUP_OF = {name: group for group, names in COMMAND_GROUPS.items() for name in names}
+
+
+def _commands_of(group: str) -> list[click.Command]:
+    """The commands of one module, imported when one of them runs (or ``--help`` lists them
+    all), so a report does not load the daemon's commands (issue 21: ~40 modules)."""
+    if group == "reports":
+        from opencode_autoretry.diagnostics.commands import COMMANDS as reports
+        return reports
+    if group == "daemon":
+        from opencode_autoretry.daemon.commands import COMMANDS as daemon
+        return daemon
+    if group == "lifecycle":
+        from opencode_autoretry.daemon.lifecycle import COMMANDS as lifecycle
+        return lifecycle
+    if group == "config":
+        from opencode_autoretry.cli.config_command import COMMANDS as config
+        return config
+    if group == "exec":
+        from opencode_autoretry.daemon.headless.command import COMMANDS as headless
+        return headless
+    if group == "bridge":
+        from opencode_autoretry.plugin_bridge.commands import COMMANDS as bridge
+        return bridge
+    if group == "doctor":
+        from opencode_autoretry.diagnostics.doctor.command import COMMANDS as doctor
+        return doctor
+    if group == "notify":
+        from opencode_autoretry.daemon.notifications.commands import COMMANDS as notify
+        return notify
+    from opencode_autoretry.daemon.setup import COMMANDS as setup
+
+    return setup
 
 
 class _Commands(click.Group):
     """``main``'s sub-commands, each loaded from its module when asked for."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(COMMAND_MODULES)
+        return sorted(_GROUP_OF)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        load = COMMAND_MODULES.get(cmd_name)
-        if load is None:
+        group = _GROUP_OF.get(cmd_name)
+        if group is None:
             return None
-        return next((c for c in load() if c.name == cmd_name), None)
+        return next((c for c in _commands_of(group) if c.name == cmd_name), None)
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
