@@ -26,7 +26,6 @@ from opencode_autoretry.diagnostics.index.session_digest import (
     Key,
     LightPart,
     Objects,
-    decode_digest,
     decode_head,
     encode_digest,
     encode_head,
@@ -121,16 +120,23 @@ def digest_findings(
         key=itemgetter(0),
     )
     light = {sid: t for sid, t in covered.items() if sid not in recorded}
-    tallies = {sid: _recounted(objects, sid, t, days) for sid, t in light.items()}
+    tallies = _in_zone(objects, light, days)
     return found, LightPart(objects, frozenset(light), tallies, found_counts(tallies.values()))
 
 
-def _recounted(objects: Objects, sid: str, tally: SessionTally, days: LocalDays) -> SessionTally:
-    """The digest's tally, counted again from its rows in a zone with other local days."""
-    if days_hold(tally, days):
-        return tally
-    rows = objects.rows([sid])[sid]
-    return session_tally(rows, child=child_of(tally), days=days)
+def _in_zone(
+    objects: Objects, tallies: dict[str, SessionTally], days: LocalDays
+) -> dict[str, SessionTally]:
+    """The digests' tallies, those made in a zone with other local days counted again from
+    their rows (read in one go)."""
+    other = sorted(sid for sid, tally in tallies.items() if not days_hold(tally, days))
+    if not other:
+        return tallies
+    rows = objects.rows(other)
+    recounted = {
+        sid: session_tally(rows[sid], child=child_of(tallies[sid]), days=days) for sid in other
+    }
+    return tallies | recounted
 
 
 def _classified(
@@ -209,8 +215,7 @@ def _digest(
         )
         bounds = header[sid]
         bounds_t: Header = (bounds[0], bounds[1], bounds[2], bounds[3])
-        blob, heavy = encode_digest(bounds_t, found)
-        rows = decode_digest(blob)[1]
+        blob, heavy, rows = encode_digest(bounds_t, found)
         tally = session_tally(rows, child=bool(parents.get(sid)), days=days)
         valid_from = newest[sid] + SETTLE_MS if sid in newest else 0
         memo.keep_digest(

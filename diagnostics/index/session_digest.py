@@ -61,11 +61,12 @@ def light_row(item: ClassifiedStep, extra: bool, pos: int) -> LightRow:
 
 def encode_digest(
     header: Header, items: Sequence[tuple[ClassifiedStep, bool]]
-) -> tuple[bytes, bytes]:
-    """(the light part, the objects). ``items``: the session's lean findings, each with
-    whether it came from the part scan alone (diagnose lists those after the others)."""
+) -> tuple[bytes, bytes, tuple[LightRow, ...]]:
+    """(the light part, the objects, the light rows). ``items``: the session's lean findings,
+    each with whether it came from the part scan alone (diagnose lists those after the
+    others)."""
     rows = tuple(light_row(item, extra, pos) for pos, (item, extra) in enumerate(items))
-    return marshal.dumps((header, rows)), encode([item for item, _ in items])
+    return marshal.dumps((header, rows)), encode([item for item, _ in items]), rows
 
 
 def decode_digest(blob: bytes) -> tuple[Header, tuple[LightRow, ...]]:

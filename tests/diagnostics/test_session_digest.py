@@ -153,7 +153,7 @@ def test_lazy_findings_build_only_what_is_read(seeded: Seeded, tmp_path: Path) -
     kind, listed = max(report.findings.items(), key=lambda kv: len(kv[1]))
     assert len(listed) >= 2
     items = [(item, False) for item in listed]
-    blob, heavy = encode_digest((0, 0, 0, 0), items)
+    blob, heavy, _ = encode_digest((0, 0, 0, 0), items)
     header, rows = decode_digest(blob)
     assert header == (0, 0, 0, 0) and len(rows) == len(items)
     table = grouped(rows)
