@@ -11,6 +11,7 @@ whose command line or environment names the throwaway state dir, before the late
 
 from __future__ import annotations
 
+import compileall
 import json
 import os
 import resource
@@ -28,6 +29,8 @@ from pathlib import Path
 
 import psutil
 from exhaustive_db import ExhaustiveDB, diagnose_report
+
+import opencode_autoretry
 
 CLI = Path(sys.executable).with_name("autoretry")
 GOAL_S = 0.25  # later runs, end to end
@@ -47,6 +50,10 @@ INDEXED = ("diagnose", "diagnose 0", "trace", "trace 0")
 VARYING = frozenset({"now", "since"})
 #: Environment variables that could point a run at the real user's files.
 INHERITED_PREFIXES = ("AUTORETRY_", "OPENCODE_", "XDG_")
+#: Left out of the runs' environment: a user's install has compiled bytecode (pip compiles a
+#: wheel's modules when it installs them); with this set, as on some CI machines, every
+#: process would compile the modules it imports from source again (~30-60 ms here).
+NOT_INHERITED = frozenset({"PYTHONDONTWRITEBYTECODE"})
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,8 @@ class Sandbox:
         for name in dirs.values():
             (self.root / name).mkdir()
         inherited = {
-            k: v for k, v in os.environ.items() if not k.startswith(INHERITED_PREFIXES)
+            k: v for k, v in os.environ.items()
+            if not k.startswith(INHERITED_PREFIXES) and k not in NOT_INHERITED
         }
         self.env = inherited | {k: str(self.root / v) for k, v in dirs.items()}
         self.env |= {"AUTORETRY_HOME": str(self.state), "OPENCODE_DB": str(db)}
@@ -363,15 +371,42 @@ def check(sandbox: Sandbox) -> bool:
     return all(verdicts.values())
 
 
+def compile_package() -> None:
+    """Compile the package's modules once, as pip does when it installs the wheel, so the
+    runs read bytecode as a user's install does (an editable install has none until a
+    process writes it)."""
+    for root in opencode_autoretry.__path__:
+        compileall.compile_dir(root, quiet=1)
+
+
+def cpu_reference() -> float:
+    """The best of 3 runs of a fixed pure-Python workload, in seconds: this VM's CPU speed
+    drifts by up to 2x over minutes, so each table says how fast the machine was."""
+    def work() -> float:
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i % 7
+        json.loads(json.dumps([{"n": n, "s": str(n)} for n in range(20_000)]))
+        return time.perf_counter() - started
+
+    return min(work() for _ in range(3))
+
+
+def machine_line(when: str) -> str:
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    return f"{when}: load average {load}, CPU reference {ms(cpu_reference())}"
+
+
 def measure_db(db: Path, label: str, tools: SeedTools, repeat: int, with_check: bool) -> bool:
     """Time one DB end to end and print its table; False if ``--check`` found a difference."""
     print(f"\n### {label}\n")
     steps = assistant_steps(db)
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(machine_line("before"))
     sandbox = Sandbox(db)
     try:
         results = measure(sandbox, tools, repeat)
-        print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(machine_line("after"))
         print(describe(db, results.later["diagnose 0 --json"].runs[0].stdout, steps))
         if results.background:
             print(f"background work after the first run: {ms(results.background.wall)}")

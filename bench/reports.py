@@ -493,6 +493,7 @@ def end_to_end(sizes: list[int], base: Path, repeat: int, check: bool, heavy_rat
     """The end-to-end table of each size's typical and heavy DB (report_processes)."""
     tools = report_processes.SeedTools(prior_art_diagnose, drop_caches, busiest_session)
     start = report_processes.first_day_ms()
+    report_processes.compile_package()
     same = True
     for size in sizes:
         for label, rate in (("typical", FAILURE_RATE), ("heavy", heavy_rate)):
