@@ -34,12 +34,11 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from opencode_autoretry.diagnostics.index.session_digest import Key, LazyFindings, LightPart
 from opencode_autoretry.diagnostics.records import DaemonRecords
@@ -72,6 +71,9 @@ from opencode_autoretry.diagnostics.steps import (
 from opencode_autoretry.diagnostics.summary.tally import Summary, build_summary
 from opencode_autoretry.models import Kind
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 
 @dataclass(frozen=True)
@@ -264,6 +266,10 @@ def build_diagnose(
                 return _report(db, records, days, since, now, health_now, keyed, light, zone)
     # The scans are pure SQL (SQLite releases the GIL), so they run on their own read-only
     # connections in worker threads while this thread classifies the batches already read.
+    # (Imported here: a report from the index never needs them; concurrent.futures brings
+    # logging, ~8 ms.)
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=SCAN_WORKERS) as pool, paused_gc():
         reader = type(db)  # the worker connections read the same way (a subclass too)
         # Order of the queue: the message batches first, so the classification (the longest

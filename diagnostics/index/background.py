@@ -18,10 +18,8 @@ or an index that only needs bringing up to date: the report does it itself, as b
 
 from __future__ import annotations
 
-import logging
 import os
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -85,6 +83,8 @@ def scan_instead(db_path: Path, state_dir: Path) -> str | None:
 
 def start_build(db_path: Path, state_dir: Path, runaway_steps: int) -> None:
     """Start the background build, detached (it outlives this report; nothing to wait for)."""
+    import subprocess  # here: every report imports this module (scan_instead), few start one
+
     try:
         subprocess.Popen(
             [sys.executable, "-m", MODULE, str(db_path), str(state_dir), str(runaway_steps)],
@@ -111,6 +111,8 @@ def build(db_path: Path, state_dir: Path, runaway_steps: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    import logging  # here: every report imports this module (scan_instead)
+
     db_path, state_dir, runaway = Path(argv[0]), Path(argv[1]), int(argv[2])
     log_to = state_dir / "log" / "report-index.log"
     log_to.parent.mkdir(parents=True, exist_ok=True)
