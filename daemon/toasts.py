@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from opencode_autoretry.causes import Cause
-from opencode_autoretry.decisions.observed import kind_label
+from opencode_autoretry.decisions.kind_labels import kind_label
 from opencode_autoretry.models import Action, Decision, Kind
 
 

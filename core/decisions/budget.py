@@ -16,9 +16,9 @@ from enum import StrEnum
 
 from opencode_autoretry.causes import Cause, Facts
 from opencode_autoretry.decisions.gates import waiting_on_user
+from opencode_autoretry.decisions.kind_labels import INTERRUPTION_LABELS
 from opencode_autoretry.decisions.policy import (
     INTERRUPTION_GROUPS,
-    INTERRUPTION_LABELS,
     GroupBudget,
     Policy,
     fill,

@@ -8,41 +8,14 @@ from its reason text: "would continue: blank reply (1/3)".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from opencode_autoretry.causes import Cause, Facts
-from opencode_autoretry.decisions.policy import INTERRUPTION_LABELS
+from opencode_autoretry.decisions.kind_labels import kind_label
 from opencode_autoretry.models import Action, Decision, Kind
 
 #: The title every toast and command reply carries in observe mode.
 OBSERVE_TITLE = "autoretry · observe mode"
 #: What observe mode means, for ``status``, ``/autoretry status`` and exec.
 OBSERVE_NOTE = "observe mode: decisions are recorded, nothing is sent, aborted or switched"
-
-_LABELS: Mapping[Kind, str] = {
-    **INTERRUPTION_LABELS,
-    Kind.BLANK: "blank reply",
-    Kind.THINK_ONLY: "reasoning-only reply",
-    Kind.FORGED_LENGTH: "empty 'length' reply",
-    Kind.TOOL_AS_TEXT: "tool call written as text",
-    Kind.TRUNCATED: "output cut off",
-    Kind.REPETITION: "repeating itself",
-    Kind.STALL: "stalled",
-    Kind.UNFINISHED_TODOS: "unfinished todos",
-    Kind.GOAL: "goal check failing",
-}
-
-
-def kind_label(kind: Kind | str | None) -> str:
-    """A kind in the words of the toasts ('blank reply', 'connection lost' ...)."""
-    if kind is None:
-        return "unknown"
-    try:
-        known = Kind(str(kind))
-    except ValueError:
-        return str(kind)
-    return _LABELS.get(known, str(known))
-
 
 def would_do(
     action: Action | str, kind: Kind | str | None, cause: Cause, facts: Facts,

@@ -162,16 +162,6 @@ _FAMILY: Mapping[str, str] = {
     Kind.SILENT.value: "interruption",
     Kind.RUNAWAY.value: "interruption",
 }
-#: What "{reason}" in the interruption text says for each kind.
-INTERRUPTION_LABELS: Mapping[Kind, str] = {
-    Kind.DISCONNECT: "connection lost",
-    Kind.STREAM_TRUNCATED: "response stream cut off",
-    Kind.TIMEOUT: "request timed out",
-    Kind.RATE_LIMIT: "rate limited",
-    Kind.SERVER_ERROR: "provider server error",
-    Kind.SILENT: "stopped without output or error",
-    Kind.RUNAWAY: "empty steps in a loop",
-}
 MESSAGE_KEYS: frozenset[str] = frozenset({*DEFAULT_MESSAGES, *_FAMILY})
 
 

@@ -54,6 +54,8 @@ WARM_INDEX = ("opencode_autoretry.decisions.classifier",
 #: What only a scan or an index build uses (their worker threads, the background build's
 #: log): a report from a warm index starts neither.
 SCAN_ONLY = ("concurrent.futures", "logging")
+#: The retry policy's classes: a report reads decisions, it never takes one.
+POLICY = ("opencode_autoretry.decisions.policy", "opencode_autoretry.decisions.budget")
 #: Doctor's checks (``diagnose``'s first line only: the other reports never run them).
 DOCTOR = ("opencode_autoretry.diagnostics.doctor.checks", "psutil")
 
@@ -111,15 +113,15 @@ CASES = [
     (["diagnose", "0"], has("autoretry doctor: ", "autoretry diagnose — all time",
                             "What autoretry did"), WARM_INDEX, 370),  # [342]
     (["diagnose", "0", "--json"], is_json("diagnose"),
-     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, "email.utils", "subprocess"), 230),  # [213]
+     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, *POLICY, "email.utils", "subprocess"), 230),  # [213]
     (["diagnose"], has("autoretry doctor: ", "autoretry diagnose — last 7 days"), WARM_INDEX,
      370),  # [342]
     (["diagnose", "--json"], is_json("diagnose"),
-     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, "email.utils", "subprocess"), 230),  # [213]
-    (["trace", "0"], has("autoretry trace — all time", "Continuations:"), (*DOCTOR, *SCAN_ONLY),
-     225),  # [207]
-    (["trace", "0", "--json"], is_json("trace"), (*DOCTOR, *SCAN_ONLY), 225),  # [204]
-    (["trace"], has("autoretry trace — last 7 days"), (*DOCTOR, *SCAN_ONLY), 225),  # [204]
+     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, *POLICY, "email.utils", "subprocess"), 230),  # [213]
+    (["trace", "0"], has("autoretry trace — all time", "Continuations:"),
+     (*DOCTOR, *SCAN_ONLY, *POLICY), 225),  # [207]
+    (["trace", "0", "--json"], is_json("trace"), (*DOCTOR, *SCAN_ONLY, *POLICY), 225),  # [204]
+    (["trace"], has("autoretry trace — last 7 days"), (*DOCTOR, *SCAN_ONLY, *POLICY), 225),  # [204]
     (["errors"], has("The 10 newest errored steps", "autoretry timeline ses_"), DOCTOR,
      170),  # [157]
     (["errors", "--json"], is_json("errors"), DOCTOR, 170),  # [157]
