@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from datetime import date
 from operator import itemgetter
 from typing import Any
 
@@ -144,5 +143,3 @@ def days_hold(tally: SessionTally, days: LocalDays) -> bool:
     return offsets is not None and all(days.offset(d) == o for d, o in offsets)
 
 
-def local_days(tally: SessionTally) -> Iterable[tuple[date, int]]:
-    return ((date.fromordinal(day), n) for day, n in tally[DAYS])
