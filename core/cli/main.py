@@ -23,6 +23,42 @@ COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "setup": ("setup",),
 }
 _GROUP_OF = {name: group for group, names in COMMAND_GROUPS.items() for name in names}
+#: Each sub-command's help as ``autoretry --help`` lists it: the first paragraph of its
+#: docstring, words as click splits them (tests/test_cli_imports.py keeps the two equal), so
+#: the list imports none of the commands' modules (~20 ms of ``--help``).
+SUMMARIES: dict[str, str] = {
+    'bridge': 'The plugin that connects every OpenCode process to the daemon (and /autoretry).',
+    'config': 'Where the configuration is, what it says, and whether the daemon would take it.',
+    'diagnose': 'Health check plus every abnormal step of the last DAYS days (0 = all).',
+    'doctor': (
+        'Check the set-up: OpenCode and its DB, the bridge, the daemon, the service, the '
+        'socket, the state files and the config. Prints a fix for every problem; exits 1 if one '
+        'failed, 2 if the config is bad (as every command).'
+    ),
+    'errors': 'The 10 newest errored steps, or at most 5 whose error contains KEYWORD.',
+    'exec': 'Run a headless `opencode run` and continue its session when the turn fails.',
+    'logs': "Print the end of the daemon's log (control characters shown as escapes).",
+    'notify': 'Notifications outside OpenCode ([notify] in config.toml).',
+    'off': 'Switch automatic recovery off; pending retries are cancelled.',
+    'on': 'Switch automatic recovery on (everywhere, or for one session).',
+    'restart': 'Stop the daemon, then start it (as `stop` and `start`).',
+    'run': 'Run the daemon: watch OpenCode, classify failed turns, continue them within budget.',
+    'setup': (
+        'Set autoretry up after `pipx install` or `uv tool install`: the OpenCode bridge and '
+        '/autoretry command, an OpenCode version check, the daemon as a service (waits for its '
+        'first heartbeat) and where its files are. Run again to upgrade. Exit 1, with the '
+        "daemon's own error, when it cannot start."
+    ),
+    'start': (
+        'Start the daemon: through the systemd user service or launchd agent setup made, else '
+        '`autoretry run` in the background (waits for its first heartbeat; exit 1 with the '
+        "daemon's own error when it does not start). AUTORETRY_SERVICE=none skips the service."
+    ),
+    'status': 'Daemon, bridges, watched sessions, budgets, pending retries and last decisions.',
+    'stop': 'Stop the daemon (SIGTERM, waits for it to end); exit 0 when none runs.',
+    'timeline': "One session's steps, parts and the daemon's decisions (id, id prefix or slug).",
+    'trace': 'Each continuation with its trigger and outcome, and the decisions not to act.',
+}
 
 
 def _commands_of(group: str) -> list[click.Command]:
@@ -62,6 +98,11 @@ class _Commands(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(_GROUP_OF)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Click's own list, of stand-ins carrying each command's summary."""
+        listed = [click.Command(name, help=SUMMARIES[name]) for name in self.list_commands(ctx)]
+        click.Group(commands=listed).format_commands(ctx, formatter)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         group = _GROUP_OF.get(cmd_name)
