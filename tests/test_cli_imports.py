@@ -29,6 +29,9 @@ HEAVY = (
     "opencode_autoretry.diagnostics.doctor.command",
     "opencode_autoretry.daemon.notifications.commands",
     "opencode_autoretry.cli.config_command",
+    # the settings: read when a command runs, not to print help
+    "opencode_autoretry.config.settings",
+    "tomllib",
 )
 
 # A fresh interpreter: this test process has long imported everything.

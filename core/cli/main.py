@@ -8,8 +8,6 @@ from pathlib import Path
 
 import click
 
-from opencode_autoretry.cli.context import AppContext
-
 #: Every sub-command by the module that defines it (``_commands_of`` imports that module).
 COMMAND_GROUPS: dict[str, tuple[str, ...]] = {
     "reports": ("diagnose", "timeline", "errors", "trace"),
@@ -143,6 +141,9 @@ def main(
         # report index under diagnose, ...) before any daemon made the directories private:
         # none of it may be readable by other users (issue 20).
         os.umask(0o077)
+    # Imported here: ``--help`` and ``--version`` never get this far, and need no settings.
+    from opencode_autoretry.cli.context import AppContext
+
     ctx.obj = AppContext({"opencode_db": opencode_db, "store": store}, config)
 
 
