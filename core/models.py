@@ -115,6 +115,8 @@ class Part:
 
 @dataclass(frozen=True)
 class Tokens:
+    """A step's token counts as OpenCode records them (``tokens`` of the message)."""
+
     input: int = 0
     output: int = 0
     reasoning: int = 0
@@ -179,6 +181,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Session:
+    """An OpenCode session row: a subagent's has a ``parent_id``."""
+
     id: str
     parent_id: str | None
     slug: str

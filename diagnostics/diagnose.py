@@ -78,6 +78,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Health:
+    """diagnose's health lines: OpenCode's DB, its rows and versions, the daemon, the bridge."""
+
     db_path: Path
     db_bytes: int
     sessions: int
@@ -92,6 +94,8 @@ class Health:
 
 @dataclass(frozen=True)
 class DiagnoseReport:
+    """What diagnose found in its window, drawn as text or ``--json``."""
+
     days: int
     since: datetime | None
     now: datetime

@@ -29,6 +29,8 @@ NO_OWNER = frozenset({Cause.NO_OWNER, Cause.ORPHAN})
 
 @dataclass(frozen=True)
 class DaemonRecords:
+    """What the daemon's store holds for a report's window."""
+
     decisions: tuple[DecisionRecord, ...] = ()
     injections: tuple[InjectionRecord, ...] = ()
     heartbeat: Heartbeat | None = None

@@ -29,6 +29,8 @@ LOOP_MARK = "⟲"
 
 @dataclass(frozen=True)
 class RepetitionStop:
+    """A repetition guard's decision and the trim of the looping text, if one was made."""
+
     decision: DecisionRecord
     trim: TrimRecord | None
 

@@ -36,6 +36,8 @@ BUSY = LiveFacts(busy=True)
 
 @dataclass(frozen=True)
 class ClassifiedStep:
+    """An abnormal step, the turn it belongs to and its verdict."""
+
     step: Message
     turn: Turn
     verdict: Verdict

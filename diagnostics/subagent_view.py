@@ -32,6 +32,8 @@ ABORTED = "abort"
 
 @dataclass(frozen=True)
 class SubagentAbort:
+    """A hung subagent the daemon aborted (or would have), and what became of it."""
+
     decision: DecisionRecord
     parent_id: str | None
     hung_s: int | None

@@ -29,6 +29,8 @@ Statuses = dict[str, str]  # content -> status
 
 @dataclass(frozen=True)
 class TodoContinuation:
+    """A continuation sent for unfinished todos, and whether the todos moved after it."""
+
     injection: InjectionRecord
     decision: DecisionRecord | None
     named: tuple[str, ...]  # "[pending] Add the tests"

@@ -67,6 +67,8 @@ class SettingsError(ConfigError):
 
 @dataclass(frozen=True)
 class Settings:
+    """Everything autoretry reads from config.toml, the environment and the defaults, validated."""
+
     opencode_db: Path = field(default_factory=paths.default_opencode_db)
     store: Path = field(default_factory=paths.store_path)
     socket: Path = field(default_factory=paths.socket_path)

@@ -20,6 +20,8 @@ from opencode_autoretry.store.database import Store, _Reader
 
 @dataclass(frozen=True)
 class NotificationRecord:
+    """One notification sent outside OpenCode (or that failed), as the store keeps it."""
+
     id: int
     at: datetime
     session_id: str

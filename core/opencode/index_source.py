@@ -51,6 +51,8 @@ class PartHit:
 
 @dataclass(frozen=True)
 class OpenRow:
+    """An assistant step not yet completed: the report index reads it again until it is."""
+
     rowid: int
     id: str
     session_id: str

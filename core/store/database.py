@@ -131,6 +131,8 @@ class StoreError(RuntimeError):
 
 @dataclass(frozen=True)
 class DecisionRecord:
+    """One decision of the daemon as the store keeps it (``decisions``)."""
+
     id: int
     at: datetime
     session_id: str
@@ -170,6 +172,8 @@ class DecisionRecord:
 
 @dataclass(frozen=True)
 class InjectionRecord:
+    """One continuation the daemon sent or meant to send, and its state (``injections``)."""
+
     id: int
     decision_id: int
     session_id: str
@@ -241,6 +245,8 @@ class GoalCheckRecord:
 
 @dataclass(frozen=True)
 class Heartbeat:
+    """The daemon's last sign of life: when, its pid and what it reported."""
+
     at: datetime
     pid: int
     info: Mapping[str, Any]

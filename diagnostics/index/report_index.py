@@ -32,6 +32,8 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class IndexedReports:
+    """The report index, synced, and what a report reads through it."""
+
     reader: type[IndexedDB]
     memo: GroupMemo
     file: Path

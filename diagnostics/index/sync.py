@@ -183,6 +183,8 @@ def _hit_tuples(hits: Iterable[PartHit]) -> list[tuple[int, str, str, int]]:
 
 @dataclass(frozen=True)
 class _Range:
+    """What one worker read of a rowid range of the full build."""
+
     candidates: list[tuple[int, MessageRow]]
     open_rows: list[OpenRow]
     markup: list[PartHit]

@@ -84,6 +84,8 @@ class Tally:
 
 @dataclass(frozen=True)
 class DayCount:
+    """Failed and recovered steps of one local day."""
+
     day: date
     failed: int
     recovered: int
@@ -91,6 +93,8 @@ class DayCount:
 
 @dataclass(frozen=True)
 class Summary:
+    """The summary's counts (the shape of ``--json``'s ``summary``: summary/view.py)."""
+
     failed_steps: int
     failed_turns: int
     failed_sessions: int

@@ -120,6 +120,8 @@ DECLINED_ACTIONS = ("skip", "notify")
 
 @dataclass(frozen=True)
 class Outcome:
+    """What became of a continuation: its status and why."""
+
     status: str
     detail: str
     message_id: str | None = None
@@ -127,6 +129,8 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Continuation:
+    """One continuation: what triggered it, what was sent and its outcome."""
+
     time: datetime
     session_id: str
     injection: InjectionRecord | None
@@ -138,6 +142,8 @@ class Continuation:
 
 @dataclass(frozen=True)
 class TraceReport:
+    """What trace found in its window, drawn as text or ``--json``."""
+
     days: int | None
     session_id: str | None
     since: datetime | None
