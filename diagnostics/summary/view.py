@@ -1,9 +1,12 @@
-"""The summary drawn: headline lines, a per-day bar chart and two breakdown tables (``rich``),
-and the same figures as ``--json``'s ``summary``.
+"""The summary drawn: headline lines, a per-day bar chart and two breakdown tables, and the
+same figures as ``--json``'s ``summary``.
 
-``rich`` is imported only when a summary is drawn, so no other command pays for it. Without
-colour (``NO_COLOR``, or output that is not a terminal) the chart and the tables use plain
-ASCII characters: ``#`` for failed steps, ``+`` for recovered ones.
+The chart and the tables are what ``rich`` drew before, character for character:
+``drawing`` now writes them without importing rich (a fifth of a ``diagnose``), and rich
+still draws them where ``drawing`` cannot be sure to match it (a table wider than the
+terminal, a model name that is not printable ASCII). Without colour (``NO_COLOR``, or output
+that is not a terminal) the chart and the tables use plain ASCII characters: ``#`` for failed
+steps, ``+`` for recovered ones.
 
 ``--json`` (added to ``diagnose`` in issue 12)::
 
@@ -29,10 +32,11 @@ from __future__ import annotations
 
 import io
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opencode_autoretry.diagnostics.render import Style
+from opencode_autoretry.diagnostics.summary.drawing import BAR, Cell, Column, Grid, draw
 from opencode_autoretry.diagnostics.summary.tally import DayCount, Summary, Tally
 from opencode_autoretry.terminal_text import visible
 
@@ -156,10 +160,14 @@ def _observed_lines(summary: Summary) -> list[str]:
             f"({parts}); nothing was sent, aborted or switched"]
 
 
-def _console(style: Style) -> Console:
+def console_width(style: Style) -> int:
+    """The width the chart and the tables are drawn in: the terminal's with colour."""
+    return shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if style.colour else PLAIN_WIDTH
+
+
+def _console(style: Style, width: int) -> Console:
     from rich.console import Console
 
-    width = shutil.get_terminal_size((PLAIN_WIDTH, 24)).columns if style.colour else PLAIN_WIDTH
     return Console(
         file=io.StringIO(),
         width=width,
@@ -172,14 +180,31 @@ def _console(style: Style) -> Console:
     )
 
 
-def _table(style: Style, *columns: str) -> Table:
+def _rich_table(grid: Grid, style: Style) -> Table:
+    """``grid`` as the rich table it was before ``drawing``: what the summary
+    falls back to where ``drawing`` cannot be sure to draw what rich draws."""
     from rich import box
     from rich.table import Table
+    from rich.text import Text
 
-    table = Table(box=box.SIMPLE_HEAD if style.colour else box.ASCII2)
-    for index, name in enumerate(columns):
-        table.add_column(name, justify="left" if index == 0 else "right")
+    if grid.framed:
+        table = Table(box=box.SIMPLE_HEAD if style.colour else box.ASCII2)
+    else:
+        table = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
+    for column in grid.columns:
+        table.add_column(column.header, justify=column.justify, no_wrap=column.no_wrap,
+                         min_width=column.min_width)
+    for row in grid.rows:
+        table.add_row(*(Text(c.text, style=c.colour) if c.colour else c.text for c in row))
     return table
+
+
+def draw_with_rich(grids: Sequence[Grid], style: Style, width: int) -> str:
+    """What rich's console writes printing ``grids``, one after the other."""
+    console = _console(style, width)
+    for grid in grids:
+        console.print(_rich_table(grid, style))
+    return console.file.getvalue()  # type: ignore[attr-defined,no-any-return]
 
 
 def _bar(count: int, peak: int, glyph: str) -> str:
@@ -188,56 +213,61 @@ def _bar(count: int, peak: int, glyph: str) -> str:
     return glyph * max(1, round(count * BAR_WIDTH / peak))
 
 
-def _chart(days: tuple[DayCount, ...], style: Style) -> Table:
-    from rich.table import Table
-    from rich.text import Text
-
-    full, ok = ("█", "█") if style.colour else ("#", "+")
+def _chart(days: tuple[DayCount, ...], style: Style) -> Grid:
+    full, ok = (BAR, BAR) if style.colour else ("#", "+")
     red, green = ("red", "green") if style.colour else ("", "")
     shown = days[-CHART_DAYS:]
     peak = max((d.failed for d in shown), default=0)
-    chart = Table(box=None, show_header=False, pad_edge=False, padding=(0, 1))
-    chart.add_column("day")
-    chart.add_column("failed", justify="right")
-    chart.add_column("failed bar", no_wrap=True, min_width=BAR_WIDTH)
-    chart.add_column("recovered", justify="right")
-    chart.add_column("recovered bar", no_wrap=True)
-    for day in shown:
-        chart.add_row(
-            day.day.strftime("%a %Y-%m-%d"),
-            str(day.failed),
-            Text(_bar(day.failed, peak, full), style=red),
-            str(day.recovered),
-            Text(_bar(day.recovered, peak, ok), style=green),
-        )
-    return chart
+    columns = (Column("day"), Column("failed", justify="right"),
+               Column("failed bar", no_wrap=True, min_width=BAR_WIDTH),
+               Column("recovered", justify="right"), Column("recovered bar", no_wrap=True))
+    rows = tuple(
+        (Cell(day.day.strftime("%a %Y-%m-%d")), Cell(str(day.failed)),
+         Cell(_bar(day.failed, peak, full), red), Cell(str(day.recovered)),
+         Cell(_bar(day.recovered, peak, ok), green))
+        for day in shown
+    )
+    return Grid(columns, rows, framed=False)
 
 
-def _breakdown(title: str, rows: Mapping[str, Tally], style: Style, store: bool) -> Table:
+def _breakdown(title: str, rows: Mapping[str, Tally], store: bool) -> Grid:
     """Failed and recovered steps per row; with ``store``, also what the daemon recorded."""
     extra = ("continuations", "decisions") if store else ()
-    table = _table(style, title, "failed", "recovered", "share", *extra)
+    columns = (Column(title), *(Column(name, justify="right")
+                                for name in ("failed", "recovered", "share", *extra)))
+    cells = []
     for name, tally in rows.items():
         share = _share(tally.recovered / tally.failed if tally.failed else None)
         counts = (tally.continuations, tally.decisions) if store else ()
-        table.add_row(visible(name), str(tally.failed), str(tally.recovered), share,
-                      *map(str, counts))
-    return table
+        cells.append(tuple(map(Cell, (visible(name), str(tally.failed), str(tally.recovered),
+                                      share, *map(str, counts)))))
+    return Grid(columns, tuple(cells), framed=True)
 
 
-def render_summary(summary: Summary, style: Style) -> str:
-    """The headline (painted by ``Style``), then the chart and the tables (drawn by rich)."""
-    console = _console(style)
+def summary_grids(summary: Summary, style: Style) -> list[Grid]:
+    """The chart, then the breakdowns per model and per kind (those that have rows)."""
+    grids = [_chart(summary.per_day, style)]
+    if summary.by_model:
+        grids.append(_breakdown("provider/model", summary.by_model, store=False))
+    if summary.by_kind:
+        grids.append(_breakdown("kind", summary.by_kind, store=True))
+    return grids
+
+
+def render_summary(summary: Summary, style: Style, width: int | None = None) -> str:
+    """The headline (painted by ``Style``), then the chart and the tables, drawn by
+    ``drawing`` as rich would draw them, or by rich where ``drawing`` cannot be sure to.
+    ``width``: the console's (by default the terminal's with colour, else PLAIN_WIDTH)."""
     days = summary.per_day
     hidden = len(days) - CHART_DAYS
     glyphs = ("█ red", "█ green") if style.colour else ("#", "+")
     legend = f"Per day: failed steps ({glyphs[0]}) and recovered ({glyphs[1]})"
     if hidden > 0:
         legend += f", last {CHART_DAYS} days ({hidden} earlier in --json)"
-    console.print(_chart(days, style))
-    if summary.by_model:
-        console.print(_breakdown("provider/model", summary.by_model, style, store=False))
-    if summary.by_kind:
-        console.print(_breakdown("kind", summary.by_kind, style, store=True))
-    drawn = console.file.getvalue().rstrip("\n").splitlines()  # type: ignore[attr-defined]
+    width = console_width(style) if width is None else width
+    grids = summary_grids(summary, style)
+    written = draw(grids, style.colour, width)
+    if written is None:
+        written = draw_with_rich(grids, style, width)
+    drawn = written.rstrip("\n").splitlines()
     return "\n".join([*headline_lines(summary, style), legend, *(x.rstrip() for x in drawn)])
