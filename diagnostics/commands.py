@@ -161,11 +161,11 @@ def diagnose(
         build_diagnose,
         diagnose_json,
         render_diagnose,
-        window_start,
     )
     from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.progress import scan_progress
     from opencode_autoretry.diagnostics.render import Style, for_terminal
+    from opencode_autoretry.diagnostics.window import window_start
 
     settings, now = app.settings(), SystemClock().now()
     records = records_from(settings.store, since=window_start(now, days))
@@ -288,10 +288,10 @@ def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
 @click.pass_obj
 def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_index: bool) -> None:
     """Each continuation with its trigger and outcome, and the decisions not to act."""
-    from opencode_autoretry.diagnostics.diagnose import window_start
     from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.render import Style, for_terminal
     from opencode_autoretry.diagnostics.trace.report import build_trace, render_trace, trace_json
+    from opencode_autoretry.diagnostics.window import window_start
 
     settings, now = app.settings(), SystemClock().now()
     days = days_or_none(scope)

@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -69,6 +69,7 @@ from opencode_autoretry.diagnostics.steps import (
     relabel_daemon_aborts,
 )
 from opencode_autoretry.diagnostics.summary.tally import Summary, build_summary
+from opencode_autoretry.diagnostics.window import window_start
 from opencode_autoretry.models import Kind
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
 
@@ -105,11 +106,6 @@ class DiagnoseReport:
     ownerless: tuple[str, ...]
     repetition: tuple[RepetitionStop, ...] = ()
     summary: Summary | None = None  # issue 12
-
-
-def window_start(now: datetime, days: int) -> datetime | None:
-    """``days`` = 0 means everything."""
-    return None if days <= 0 else now - timedelta(days=days)
 
 
 def read_health(db: OpenCodeDB, records: DaemonRecords, bridge_path: Path) -> Health:

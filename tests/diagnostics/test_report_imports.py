@@ -56,8 +56,12 @@ WARM_INDEX = ("opencode_autoretry.decisions.classifier",
 SCAN_ONLY = ("concurrent.futures", "logging")
 #: The retry policy's classes: a report reads decisions, it never takes one.
 POLICY = ("opencode_autoretry.decisions.policy", "opencode_autoretry.decisions.budget")
+#: diagnose's report and summary: trace windows its continuations without them.
+DIAGNOSE = ("opencode_autoretry.diagnostics.diagnose", "opencode_autoretry.diagnostics.summary")
 #: Doctor's checks (``diagnose``'s first line only: the other reports never run them).
 DOCTOR = ("opencode_autoretry.diagnostics.doctor.checks", "psutil")
+#: What trace does not use: it reads continuations, it takes no decision and draws no summary.
+TRACE_UNUSED = (*DOCTOR, *SCAN_ONLY, *POLICY, *DIAGNOSE)
 
 PROBE = """
 import json, sys
@@ -119,10 +123,10 @@ CASES = [
      (*WARM_INDEX, "rich"), 215),  # [199]
     (["diagnose", "--json"], is_json("diagnose"),
      (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, *POLICY, "email.utils", "subprocess"), 213),  # [197]
-    (["trace", "0"], has("autoretry trace — all time", "Continuations:"),
-     (*DOCTOR, *SCAN_ONLY, *POLICY), 205),  # [190]
-    (["trace", "0", "--json"], is_json("trace"), (*DOCTOR, *SCAN_ONLY, *POLICY), 203),  # [187]
-    (["trace"], has("autoretry trace — last 7 days"), (*DOCTOR, *SCAN_ONLY, *POLICY), 203),  # [187]
+    (["trace", "0"], has("autoretry trace — all time", "Continuations:"), TRACE_UNUSED,
+     199),  # [184]
+    (["trace", "0", "--json"], is_json("trace"), TRACE_UNUSED, 196),  # [181]
+    (["trace"], has("autoretry trace — last 7 days"), TRACE_UNUSED, 196),  # [181]
     (["errors"], has("The 10 newest errored steps", "autoretry timeline ses_"), DOCTOR,
      170),  # [157]
     (["errors", "--json"], is_json("errors"), DOCTOR, 170),  # [157]
