@@ -19,6 +19,7 @@ import pytest
 from opencode_autoretry import package_version
 from opencode_autoretry.daemon.intake.batch_queue import BatchQueue
 from opencode_autoretry.daemon.intake.bridges import (
+    ACCEPT_TIMEOUT_S,
     BridgeClosed,
     BridgeConnected,
     BridgeMessage,
@@ -252,6 +253,17 @@ def test_stop_removes_the_socket(sock_dir, inbox):
     path = sock_dir / "daemon.sock"
     BridgeServer(path, inbox).start().stop()
     assert not path.exists()
+
+
+def test_stop_does_not_wait_for_the_accept_timeout(sock_dir, inbox):
+    # The accept loop blocks ACCEPT_TIMEOUT_S at a time (few wake-ups while idle, issue 21):
+    # stop() wakes it instead of waiting the timeout out.
+    server = BridgeServer(sock_dir / "daemon.sock", inbox).start()
+    time.sleep(0.05)  # the accept loop is blocked in accept()
+    began = time.monotonic()
+    server.stop()
+    assert time.monotonic() - began < ACCEPT_TIMEOUT_S / 2
+    assert not [t for t in threading.enumerate() if t.name == "bridge-accept"]
 
 
 def test_a_stale_socket_is_replaced(sock_dir, inbox):

@@ -3,6 +3,9 @@ duplicate-sentence cases (W1-W4, W6), Gemini's content cases (G5, G6)."""
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -303,3 +306,33 @@ def test_scan_agrees_with_brute_force(prefix: str, block: str, copies: int, suff
     found = _Scan(s, False, SMALL).find()
     expected = reference_loop(s, SMALL)
     assert (found[0] if found else None) == expected
+
+
+def _fence_markers(text: str) -> int:
+    """Reference: runs of three or more backticks in the whole text."""
+    return sum(1 for match in re.finditer(r"`+", text) if len(match.group()) >= 3)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fence_markers_do_not_depend_on_how_the_text_is_cut(seed: int) -> None:
+    # Chunks without a backtick take a shortcut (issue 21); a run of backticks cut by one
+    # must still end there, and one split over several chunks still count once.
+    rng = random.Random(seed)
+    text = "".join(rng.choice(["`", "``", "```", "a", " ", "\n", "code"]) for _ in range(300))
+    tracker, at = FenceTracker(), 0
+    while at < len(text):
+        size = rng.randint(1, 6)
+        tracker.feed(text[at : at + size])
+        at += size
+    assert tracker.markers == _fence_markers(text)
+    assert tracker.markers > 0
+
+
+def test_a_chunk_without_backticks_ends_a_run() -> None:
+    tracker = FenceTracker()
+    for chunk in ("``", "x", "`"):
+        tracker.feed(chunk)
+    assert tracker.markers == 0
+    for chunk in ("``", "`"):
+        tracker.feed(chunk)
+    assert tracker.markers == 1

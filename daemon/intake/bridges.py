@@ -51,6 +51,8 @@ MAX_CONNECTIONS = 64
 #: queues, then drops and counts, as when the daemon is away), so a flood cannot grow the
 #: daemon's memory without bound (issue 20).
 MAX_PENDING = 2048
+#: How long the accept loop blocks before it looks whether its socket file was removed.
+ACCEPT_TIMEOUT_S = 1.0
 
 
 class SocketBusyError(RuntimeError):
@@ -201,7 +203,9 @@ class BridgeServer:
         listener.bind(str(self.path))
         os.chmod(self.path, 0o600)
         listener.listen(16)
-        listener.settimeout(0.2)  # lets the accept loop notice stop() and a removed socket
+        # Lets the accept loop notice a removed socket (stop() wakes it at once). Each timeout
+        # is a wake-up of an idle daemon, so not much shorter (issue 21: CPU while streaming).
+        listener.settimeout(ACCEPT_TIMEOUT_S)
         self._inode = self.path.stat().st_ino
         return listener
 
@@ -225,6 +229,8 @@ class BridgeServer:
     def stop(self) -> None:
         self._stop.set()
         if self._listener is not None:
+            with contextlib.suppress(OSError):  # wakes a blocked accept() on Linux
+                self._listener.shutdown(socket.SHUT_RDWR)
             self._listener.close()
         with self._lock:
             conns = list(self._conns.values())

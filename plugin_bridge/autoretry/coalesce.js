@@ -15,9 +15,20 @@
 // same session flushes the held one first), and one timer serves them all: when it fires,
 // every held delta is sent in the same tick, so the bridge writes them in one socket write and
 // the daemon reads them with one recv (with 20 sessions streaming, a timer per part meant ~400
-// writes/s, each waking a daemon thread). No delta waits longer than `windowMs` either way.
+// writes/s, each waking a daemon thread).
+//
+// With many sessions streaming at once, one line per session per window still adds up (20
+// sessions: ~400 lines/s, each costing the daemon a decode and a hand-over), so the window
+// widens to keep the lines of all sessions near `COALESCE_LINES_PER_S`: the next window is
+// as long as the lines the last one sent need at that rate, between `windowMs` and
+// `COALESCE_WIDEST` times it. Up to 10 streaming sessions (every single stream, so what the
+// repetition guard's catch distance was measured on) keep `windowMs` exactly; 20 get 2x, 40
+// or more 4x. A delta waits at most `COALESCE_WIDEST * windowMs`; any other line still
+// flushes at once, so a turn's end or error is never held (issue 21).
 export const COALESCE_MS = 50
 export const COALESCE_MAX_CHARS = 1024
+export const COALESCE_LINES_PER_S = 200
+export const COALESCE_WIDEST = 4
 
 export function coalesceWindow(options = {}, env = process.env) {
   const raw = Number(options.coalesceMs ?? env.AUTORETRY_BRIDGE_COALESCE_MS ?? COALESCE_MS)
@@ -37,6 +48,14 @@ export class DeltaCoalescer {
     this.held = new Map() // session id -> { key, event, t }, in the order they were first held
     this.timer = null // the one window timer, running while anything is held
     this.joined = 0 // deltas folded into an earlier one (stats)
+    this.lines = 0 // lines the current window will send (held deltas started in it)
+    this.nextWindowMs = windowMs // the next window's length, from the lines of the last one
+  }
+
+  // A window long enough for `lines` lines at COALESCE_LINES_PER_S, within its bounds.
+  widen(lines) {
+    const wanted = (lines * 1000) / COALESCE_LINES_PER_S
+    return Math.min(this.windowMs * COALESCE_WIDEST, Math.max(this.windowMs, wanted))
   }
 
   // True when the delta is held (it goes out with the next flush); false: send it yourself.
@@ -53,11 +72,19 @@ export class DeltaCoalescer {
     }
     if (held) this.release(session, held)
     this.held.set(session, { key, t, event: { ...event, properties: { ...event.properties } } })
+    this.lines += 1
     if (this.timer === null) {
-      this.timer = this.timers.setTimeout(() => this.flush(), this.windowMs)
+      this.timer = this.timers.setTimeout(() => this.endWindow(), this.nextWindowMs)
       this.timer?.unref?.()
     }
     return true
+  }
+
+  // The window's timer fired: what it held goes out, and its lines size the next window. An
+  // early flush (another line) leaves the next window as it was: it saw only part of one.
+  endWindow() {
+    this.nextWindowMs = this.widen(this.lines)
+    this.flush()
   }
 
   release(session, held) {
@@ -69,6 +96,7 @@ export class DeltaCoalescer {
   flush() {
     if (this.timer !== null) this.timers.clearTimeout(this.timer)
     this.timer = null
+    this.lines = 0
     const held = [...this.held.values()]
     this.held.clear()
     for (const item of held) this.emit(item.event, item.t)
@@ -78,6 +106,7 @@ export class DeltaCoalescer {
   drop() {
     if (this.timer !== null) this.timers.clearTimeout(this.timer)
     this.timer = null
+    this.lines = 0
     this.held.clear()
   }
 }

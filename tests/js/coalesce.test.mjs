@@ -2,16 +2,20 @@
 import assert from "node:assert/strict"
 import { test } from "node:test"
 
-import { COALESCE_MS, coalesceWindow, DeltaCoalescer } from "../../plugin_bridge/autoretry.js"
+import {
+  COALESCE_LINES_PER_S, COALESCE_MS, COALESCE_WIDEST, coalesceWindow, DeltaCoalescer,
+} from "../../plugin_bridge/autoretry.js"
 
 class FakeTimers {
   constructor() {
     this.due = new Map()
     this.next = 1
+    this.waits = [] // the length asked for by every setTimeout, in order
   }
-  setTimeout(fn) {
+  setTimeout(fn, ms) {
     const id = this.next++
     this.due.set(id, fn)
+    this.waits.push(ms)
     return id
   }
   clearTimeout(id) {
@@ -129,4 +133,41 @@ test("flush sends every held delta and stops the timer; a new delta starts a new
   assert.equal(timers.due.size, 0)
   timers.fire()
   assert.equal(out.length, 2)
+})
+
+// One window with a delta from each of `sessions` sessions, ended by its timer.
+function streamWindow(c, timers, sessions, t) {
+  for (let i = 0; i < sessions; i++) c.add(sessionDelta(`s${i}`, "w "), t)
+  timers.fire()
+}
+
+test("a few streams keep the window; many widen it to bound the lines per second", () => {
+  const { c, out, timers } = coalescer()
+  const few = (COALESCE_MS * COALESCE_LINES_PER_S) / 1000 // sessions that fit one window
+  assert.equal(few, 10)
+  streamWindow(c, timers, 1, 1)
+  streamWindow(c, timers, few, 2)
+  streamWindow(c, timers, 2 * few, 3) // sized by the window before it: still the base
+  streamWindow(c, timers, 2 * few, 4)
+  streamWindow(c, timers, 10 * few, 5)
+  streamWindow(c, timers, 1, 6)
+  streamWindow(c, timers, 1, 7)
+  assert.deepEqual(timers.waits, [
+    COALESCE_MS, COALESCE_MS, COALESCE_MS, 2 * COALESCE_MS, 2 * COALESCE_MS,
+    COALESCE_WIDEST * COALESCE_MS, COALESCE_MS,
+  ])
+  assert.equal(out.length, 1 + few + 2 * few + 2 * few + 10 * few + 1 + 1) // nothing lost
+})
+
+test("an early flush neither widens nor narrows the next window; drop forgets its lines", () => {
+  const { c, timers } = coalescer()
+  streamWindow(c, timers, 20, 1) // sizes the next window: 2x
+  for (let i = 0; i < 30; i++) c.add(sessionDelta(`s${i}`, "w "), 2)
+  c.flush() // another line went out: the window ended early
+  c.add(sessionDelta("a", "w "), 3)
+  c.drop()
+  streamWindow(c, timers, 1, 4)
+  streamWindow(c, timers, 1, 5)
+  assert.deepEqual(timers.waits, [COALESCE_MS, 2 * COALESCE_MS, 2 * COALESCE_MS,
+    2 * COALESCE_MS, COALESCE_MS])
 })
