@@ -328,7 +328,7 @@ def _report(
     stops = tuple(s for s in repetition_stops(records) if since is None or s.decision.at >= since)
     summary = build_summary(
         db, findings, records.since(since), stops, since=since, now=now, zone=zone,
-        tallied=light.tallies if light is not None else None,
+        tallied=light.folds if light is not None else (),
     )
     return DiagnoseReport(
         days=days,

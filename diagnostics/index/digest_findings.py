@@ -19,6 +19,7 @@ from datetime import datetime, tzinfo
 from operator import itemgetter
 from typing import TYPE_CHECKING
 
+from opencode_autoretry.diagnostics.index.light_fold import light_folds
 from opencode_autoretry.diagnostics.index.session_digest import (
     EXTRA,
     NONE_YET,
@@ -43,13 +44,7 @@ from opencode_autoretry.diagnostics.steps import (
     lean_step,
     relabel_daemon_aborts,
 )
-from opencode_autoretry.diagnostics.summary.session_tally import (
-    SessionTally,
-    child_of,
-    days_hold,
-    found_counts,
-    session_tally,
-)
+from opencode_autoretry.diagnostics.summary.session_tally import found_counts, session_tally
 from opencode_autoretry.models import to_epoch_ms
 from opencode_autoretry.opencode.dbtypes import ms_or_zero
 
@@ -94,23 +89,25 @@ def digest_findings(
     )
     objects = Objects(memo.index_file, flags)
     valid = memo.valid_digests(objects.heads(), now)
-    covered: dict[str, SessionTally] = {}
-    for sid in in_window - fresh:
-        blob = valid.get(sid)
-        if blob is not None:
-            header, tally = decode_head(blob)
-            if fits(header, window.low_message, window.low_part, window.cut_ms):
-                covered[sid] = tally
-    uncovered = sorted((in_window | fresh) - covered.keys())
-    days = LocalDays(zone)
-    keyed = _classified(db, memo, window, uncovered, bool(fresh), now, runaway_steps, flags, days)
+    heads = {sid: valid[sid] for sid in in_window - fresh if sid in valid}
     # Sessions with records are judged step by step (decisions, the turns of injections).
     recorded = {d.session_id for d in records.decisions} | {
         i.session_id for i in records.injections
     }
-    built = [
-        row for rows in objects.rows(sorted(recorded & covered.keys())).values() for row in rows
-    ]
+    bounds = (window.low_message, window.low_part, window.cut_ms)
+    with_records = sorted(
+        sid for sid in recorded & heads.keys() if fits(decode_head(heads[sid])[0], *bounds)
+    )
+    days = LocalDays(zone)
+    kept = (objects.kept_fold(), flags) if since is None else None
+    light, folds, blob = light_folds(
+        objects, {s: h for s, h in heads.items() if s not in recorded}, bounds, days, kept
+    )
+    if blob is not None:
+        memo.keep_fold(flags, blob)
+    uncovered = sorted((in_window | fresh) - light - set(with_records))
+    keyed = _classified(db, memo, window, uncovered, bool(fresh), now, runaway_steps, flags, days)
+    built = [row for rows in objects.rows(with_records).values() for row in rows]
     objects.load(built)
     keyed += [(row[EXTRA], objects.item(row)) for row in built]
     full = relabel_daemon_aborts([item for _, item in keyed], records)
@@ -119,24 +116,7 @@ def digest_findings(
          for (extra, _), i in zip(keyed, full, strict=True)),
         key=itemgetter(0),
     )
-    light = {sid: t for sid, t in covered.items() if sid not in recorded}
-    tallies = _in_zone(objects, light, days)
-    return found, LightPart(objects, frozenset(light), tallies, found_counts(tallies.values()))
-
-
-def _in_zone(
-    objects: Objects, tallies: dict[str, SessionTally], days: LocalDays
-) -> dict[str, SessionTally]:
-    """The digests' tallies, those made in a zone with other local days counted again from
-    their rows (read in one go)."""
-    other = sorted(sid for sid, tally in tallies.items() if not days_hold(tally, days))
-    if not other:
-        return tallies
-    rows = objects.rows(other)
-    recounted = {
-        sid: session_tally(rows[sid], child=child_of(tallies[sid]), days=days) for sid in other
-    }
-    return tallies | recounted
+    return found, LightPart(objects, light, folds, found_counts(folds))
 
 
 def _classified(

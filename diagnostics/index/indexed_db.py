@@ -185,6 +185,7 @@ class GroupMemo:
         self._links_read = False
         self._new: list[tuple[str, str, int, int, bytes]] = []
         self._new_digests: list[Digest] = []
+        self._new_folds: dict[str, bytes] = {}
         self.hits = 0
         self.misses = 0
 
@@ -348,10 +349,14 @@ class GroupMemo:
             gen = self._gens.get(item.session_id, 0)
             self._new.append((key, item.session_id, gen, valid_from, encode_rendered(item, marker)))
 
+    def keep_fold(self, flags: str, blob: bytes) -> None:
+        """Keep the all-time window's light sessions summed (light_fold.py)."""
+        self._new_folds[flags] = blob
+
     def flush(self) -> None:
         """Write what was learnt (one transaction; a failure only loses the memo)."""
         self.close()
-        if not self._new and not self._new_digests:
+        if not self._new and not self._new_digests and not self._new_folds:
             return
         index = StepIndex.open(self.index_file)
         try:
@@ -360,10 +365,11 @@ class GroupMemo:
                 index.drop_memo()
             index.put_memo(self._new)
             index.put_digests(self._new_digests)
+            index.put_folds(self._new_folds)
             index.conn.execute("COMMIT")
         finally:
             index.close()
-        self._new, self._new_digests = [], []
+        self._new, self._new_digests, self._new_folds = [], [], {}
 
 
 def _key(

@@ -134,6 +134,10 @@ class Objects:
     def heads(self) -> dict[str, tuple[int, int, bytes]]:
         return self._index.digest_heads(self._flags)
 
+    def kept_fold(self) -> bytes | None:
+        """The all-time window's light sessions summed, as a report last kept them."""
+        return self._index.kept_fold(self._flags)
+
     def rows(self, sessions: Sequence[str]) -> dict[str, tuple[LightRow, ...]]:
         """The light rows of these sessions' digests."""
         found = self._index.digest_rows(self._flags, sessions)
@@ -166,17 +170,18 @@ Key = tuple[int, int, str]
 
 class LightPart:
     """The sessions a report counts from their digests alone (no records about them): their
-    tallies, and their grouped rows in the index's ``light`` table."""
+    tallies summed, and their grouped rows in the index's ``light`` table."""
 
     def __init__(
         self,
         objects: Objects,
         sessions: frozenset[str],
-        tallies: Mapping[str, tuple[Any, ...]],
+        folds: tuple[tuple[Any, ...], ...],
         found: Mapping[str, int],
     ) -> None:
-        """``found``: how many entries of each kind (its value) those sessions add."""
-        self.objects, self.sessions, self.tallies, self.found = objects, sessions, tallies, found
+        """``folds``: those sessions' tallies summed (``session_tally.Fold``); ``found``: how
+        many entries of each kind (its value) they add."""
+        self.objects, self.sessions, self.folds, self.found = objects, sessions, folds, found
 
     def rows(self, kind: Kind, newest_first: bool) -> Iterator[tuple[Key, LightRow]]:
         """The kind's grouped rows of these sessions: (key, a row ``Objects.item`` reads)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from opencode_autoretry.store.sqlite_uri import readonly_uri
@@ -63,6 +63,7 @@ CREATE TABLE IF NOT EXISTS digest (
 CREATE TABLE IF NOT EXISTS light (
     flags TEXT NOT NULL, kind TEXT NOT NULL, extra INTEGER NOT NULL, at INTEGER NOT NULL,
     id TEXT NOT NULL, session_id TEXT NOT NULL, pos INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS fold (flags TEXT PRIMARY KEY, blob BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS light_order ON light (flags, kind, extra, at, id);
 CREATE INDEX IF NOT EXISTS light_session ON light (session_id);
 CREATE INDEX IF NOT EXISTS candidate_time ON candidate (time_created, row, session_id);
@@ -76,7 +77,8 @@ CandidateRow = tuple[int, str, str, int, str, str, str, str]
 #: at, id, pos) each) of one session's digest (session_digest.py).
 Digest = tuple[str, str, int, int, bytes, bytes, bytes, Sequence[tuple[str, int, int, str, int]]]
 _TABLES = (
-    "candidate", "markup", "marked", "open_row", "session_gen", "memo", "digest", "light", "meta"
+    "candidate", "markup", "marked", "open_row", "session_gen", "memo", "digest", "light", "fold",
+    "meta",
 )
 
 
@@ -273,6 +275,7 @@ class StepIndex:
         self.conn.execute("DELETE FROM memo")
         self.conn.execute("DELETE FROM digest")
         self.conn.execute("DELETE FROM light")
+        self.conn.execute("DELETE FROM fold")
 
     # -- digests (session_digest.py) ---------------------------------------------------------
 
@@ -296,6 +299,19 @@ class StepIndex:
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 ((flags, kind, extra, at, mid, sid, pos) for kind, extra, at, mid, pos in grouped),
             )
+
+    def kept_fold(self, flags: str) -> bytes | None:
+        """The all-time window's digests summed (light_fold.py), as last kept (None: none, or
+        an index made before the table)."""
+        try:
+            row = self.conn.execute("SELECT blob FROM fold WHERE flags = ?", (flags,)).fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return None if row is None else bytes(row[0])
+
+    def put_folds(self, folds: Mapping[str, bytes]) -> None:
+        sql = "INSERT OR REPLACE INTO fold (flags, blob) VALUES (?, ?)"
+        self.conn.executemany(sql, folds.items())
 
     def digest_rows(self, flags: str, sessions: Sequence[str]) -> dict[str, bytes]:
         """The light rows part of these sessions' digests."""

@@ -88,24 +88,59 @@ def test_digests_give_the_scans_report(
 def test_a_report_in_another_zone_recounts_the_days_of_the_digests(
     fresh_seeded: Seeded, tmp_path: Path, zone: ZoneInfo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from opencode_autoretry.diagnostics.index import digest_findings
+    from opencode_autoretry.diagnostics.index import light_fold
 
     state = tmp_path / "state"
     made_in_utc = _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, UTC)
     assert made_in_utc == _plain(fresh_seeded.db, DaemonRecords(), 0, 0, UTC)
     recounted: list[str] = []
-    tally = digest_findings.session_tally
+    tally = light_fold.session_tally
 
     def counting(rows, child, days):  # type: ignore[no-untyped-def]
         recounted.append(rows[0][SESSION] if rows else "")
         return tally(rows, child=child, days=days)
 
-    monkeypatch.setattr(digest_findings, "session_tally", counting)
+    monkeypatch.setattr(light_fold, "session_tally", counting)
     assert _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, UTC) == made_in_utc
     assert recounted == []  # the same zone: the digests' own tallies
     ours = _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, zone)
     assert ours == _plain(fresh_seeded.db, DaemonRecords(), 0, 0, zone)
     assert recounted, "another zone's offsets: the sessions are counted from their rows"
+
+
+def test_a_later_run_reads_the_digests_summed_once(
+    fresh_seeded: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opencode_autoretry.diagnostics.index import light_fold
+
+    state = tmp_path / "state"
+    plain = _plain(fresh_seeded.db, DaemonRecords(), 0, 0, UTC)
+    decoded: list[bytes] = []
+    decode = light_fold.decode_head
+
+    def counting(blob: bytes):  # type: ignore[no-untyped-def]
+        decoded.append(blob)
+        return decode(blob)
+
+    monkeypatch.setattr(light_fold, "decode_head", counting)
+    for _ in range(2):  # the first run digests the sessions, the second sums them
+        assert _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, UTC) == plain
+    assert decoded, "the digests were summed from their heads once"
+    decoded.clear()
+    assert _indexed(fresh_seeded.db, state, DaemonRecords(), 0, 0, UTC) == plain
+    assert decoded == []  # the kept sum: no head decoded
+    assert _indexed(fresh_seeded.db, state, DaemonRecords(), 7, 0, UTC) == _plain(
+        fresh_seeded.db, DaemonRecords(), 7, 0, UTC
+    )
+    assert decoded, "a dated window sums its own sessions"
+
+
+def test_an_unreadable_kept_sum_is_summed_again(tmp_path: Path) -> None:
+    from opencode_autoretry.diagnostics.index import light_fold
+
+    days = LocalDays(UTC)
+    for blob in (b"", b"\x00garbage", light_fold.marshal.dumps((b"other key", (), (), (), ()))):
+        assert light_fold._recalled(blob, b"key", days) is None
 
 
 def test_a_later_run_reads_the_digests_not_the_memo(fresh_seeded: Seeded, tmp_path: Path) -> None:
