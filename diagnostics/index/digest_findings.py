@@ -89,7 +89,8 @@ def digest_findings(
     )
     objects = Objects(memo.index_file, flags)
     valid = memo.valid_digests(objects.heads(), now)
-    heads = {sid: valid[sid] for sid in in_window - fresh if sid in valid}
+    candidates = in_window - fresh
+    heads = {sid: head for sid, head in valid.items() if sid in candidates}  # the index's order
     # Sessions with records are judged step by step (decisions, the turns of injections).
     recorded = {d.session_id for d in records.decisions} | {
         i.session_id for i in records.injections

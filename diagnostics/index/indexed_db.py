@@ -26,7 +26,7 @@ from opencode_autoretry.diagnostics.steps import (
     classify_rows,
     lean_step,
 )
-from opencode_autoretry.diagnostics.trace.report import Outcome, message_links
+from opencode_autoretry.diagnostics.trace.outcome import Outcome, message_links
 from opencode_autoretry.diagnostics.trace.rows import Rendered, decode_rendered, encode_rendered
 from opencode_autoretry.models import Message, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB

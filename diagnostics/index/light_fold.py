@@ -76,12 +76,10 @@ def light_folds(
 
 
 def _key(heads: Mapping[str, bytes], bounds: Bounds, flags: str) -> bytes:
-    digest = hashlib.blake2b(repr((bounds, flags)).encode(), digest_size=20)
-    for sid in sorted(heads):
-        blob = heads[sid]
-        digest.update(b"%d:%s:%d:" % (len(sid), sid.encode(), len(blob)))
-        digest.update(blob)
-    return digest.digest()
+    """All a sum is made from, in one unambiguous serialisation (marshal, in C). The heads in
+    the index's order, unsorted: should that order change, the key only misses once."""
+    summed = marshal.dumps((bounds, flags, list(heads.items())))
+    return hashlib.sha256(summed).digest()
 
 
 def _recalled(blob: bytes | None, key: bytes, days: LocalDays) -> _Summed | None:

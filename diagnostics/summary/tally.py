@@ -48,7 +48,7 @@ from opencode_autoretry.diagnostics.summary.session_tally import (
     fold_tallies,
     session_tally,
 )
-from opencode_autoretry.diagnostics.trace.report import Outcome, outcome_of, undelivered
+from opencode_autoretry.diagnostics.trace.outcome import Outcome, outcome_of, undelivered
 from opencode_autoretry.models import Kind, Role, to_epoch_ms
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import DecisionRecord, InjectionRecord

@@ -19,7 +19,7 @@ from datetime import datetime
 from opencode_autoretry.causes import Cause
 from opencode_autoretry.diagnostics.render import excerpt, iso, tokens_text
 from opencode_autoretry.diagnostics.timeline.report import TimelineReport, origin
-from opencode_autoretry.diagnostics.trace.report import Outcome
+from opencode_autoretry.diagnostics.trace.outcome import Outcome
 from opencode_autoretry.models import Kind, Message, PartType, Role, Verdict
 from opencode_autoretry.store.database import DecisionRecord, InjectionRecord, TrimRecord
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from opencode_autoretry.diagnostics.goal_view import goal_json, goal_lines, goals_of
 from opencode_autoretry.diagnostics.records import DaemonRecords
@@ -90,6 +90,12 @@ from opencode_autoretry.diagnostics.todo_view import (
     todo_json,
     todo_lines,
 )
+from opencode_autoretry.diagnostics.trace.outcome import (
+    LinkMemo,
+    Outcome,
+    message_links,
+    undelivered,
+)
 from opencode_autoretry.diagnostics.trace.rows import (
     PLACEHOLDER,
     Rendered,
@@ -100,7 +106,7 @@ from opencode_autoretry.diagnostics.trace.rows import (
     splice,
     with_rendered,
 )
-from opencode_autoretry.models import Kind, Message, PartType, Role
+from opencode_autoretry.models import Kind, Message, Role
 from opencode_autoretry.notifications.records import (
     NotificationRecord,
     notification_json,
@@ -116,15 +122,6 @@ from opencode_autoretry.store.database import (
 )
 
 DECLINED_ACTIONS = ("skip", "notify")
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What became of a continuation: its status and why."""
-
-    status: str
-    detail: str
-    message_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,51 +153,6 @@ class TraceReport:
     notifications: tuple[NotificationRecord, ...] = ()
     goals: tuple[tuple[GoalRecord, tuple[GoalCheckRecord, ...]], ...] = ()  # issue 22
     observed: tuple[DecisionRecord, ...] = ()  # issue 23: observe mode's would-be actions
-
-
-def outcome_of(next_step: Message | None) -> Outcome:
-    """What the first assistant step after a continuation shows."""
-    if next_step is None:
-        return Outcome("pending", "… pending (no reply yet)")
-    mid = next_step.id
-    if next_step.error is not None:
-        return Outcome("failed", f"✗ failed ({next_step.error.name})", mid)
-    output = next_step.tokens.output
-    visible = any(
-        (p.type is PartType.TEXT and p.text.strip()) or p.type is PartType.TOOL
-        for p in next_step.parts
-    )
-    if output > 0 or visible:
-        return Outcome("recovered", f"✓ recovered (output={output})", mid)
-    if next_step.finish is not None:
-        return Outcome("blank", "? still blank", mid)
-    return Outcome("pending", "… pending (reply in progress)", mid)
-
-
-def undelivered(injection: InjectionRecord) -> Outcome:
-    if injection.state == "failed":
-        return Outcome("not_sent", f"✗ not sent ({injection.error or 'failed'})")
-    if injection.state == "cancelled":
-        return Outcome("cancelled", f"cancelled ({injection.error or 'no reason'})")
-    return Outcome("pending", f"… pending ({injection.state})")
-
-
-class LinkMemo(Protocol):
-    """Remembers ``message_links`` (the report index: diagnostics/index/indexed_db.py)."""
-
-    def links(
-        self, db: OpenCodeDB, message: Message, now: datetime
-    ) -> tuple[ClassifiedStep | None, Outcome]: ...
-
-
-def message_links(
-    db: OpenCodeDB, message: Message, now: datetime
-) -> tuple[ClassifiedStep | None, Outcome]:
-    """A delivered continuation's trigger (the assistant step before it, classified) and
-    outcome (the next one), before the daemon's records relabel the trigger."""
-    before = db.neighbours(message, Role.ASSISTANT, before=True)
-    outcome = outcome_of(db.neighbours(message, Role.ASSISTANT, before=False))
-    return (classify_message(db, before, now=now) if before is not None else None), outcome
 
 
 def _continuation(

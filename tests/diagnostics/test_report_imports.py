@@ -58,6 +58,12 @@ SCAN_ONLY = ("concurrent.futures", "logging")
 POLICY = ("opencode_autoretry.decisions.policy", "opencode_autoretry.decisions.budget")
 #: diagnose's report and summary: trace windows its continuations without them.
 DIAGNOSE = ("opencode_autoretry.diagnostics.diagnose", "opencode_autoretry.diagnostics.summary")
+#: trace's report and the views only it draws: diagnose judges outcomes with
+#: trace/outcome.py alone.
+TRACE_VIEWS = ("opencode_autoretry.diagnostics.trace.report",
+               "opencode_autoretry.diagnostics.todo_view",
+               "opencode_autoretry.diagnostics.subagent_view",
+               "opencode_autoretry.diagnostics.goal_view")
 #: Doctor's checks (``diagnose``'s first line only: the other reports never run them).
 DOCTOR = ("opencode_autoretry.diagnostics.doctor.checks", "psutil")
 #: What trace does not use: it reads continuations, it takes no decision and draws no summary.
@@ -116,17 +122,20 @@ def pulled(modules: Sequence[str], heavy: Sequence[str]) -> list[str]:
 # drawn without rich, which a typical summary no longer imports: summary/drawing.py).
 CASES = [
     (["diagnose", "0"], has("autoretry doctor: ", "autoretry diagnose — all time",
-                            "What autoretry did"), (*WARM_INDEX, "rich"), 215),  # [199]
+                            "What autoretry did"),
+     (*WARM_INDEX, *TRACE_VIEWS, "rich"), 212),  # [196]
     (["diagnose", "0", "--json"], is_json("diagnose"),
-     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, *POLICY, "email.utils", "subprocess"), 213),  # [197]
+     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, *POLICY, *TRACE_VIEWS, "email.utils", "subprocess"),
+     210),  # [194]
     (["diagnose"], has("autoretry doctor: ", "autoretry diagnose — last 7 days"),
-     (*WARM_INDEX, "rich"), 215),  # [199]
+     (*WARM_INDEX, *TRACE_VIEWS, "rich"), 212),  # [196]
     (["diagnose", "--json"], is_json("diagnose"),
-     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, *POLICY, "email.utils", "subprocess"), 213),  # [197]
+     (*WARM_INDEX, *DOCTOR, *SCAN_ONLY, *POLICY, *TRACE_VIEWS, "email.utils", "subprocess"),
+     210),  # [194]
     (["trace", "0"], has("autoretry trace — all time", "Continuations:"), TRACE_UNUSED,
-     199),  # [184]
-    (["trace", "0", "--json"], is_json("trace"), TRACE_UNUSED, 196),  # [181]
-    (["trace"], has("autoretry trace — last 7 days"), TRACE_UNUSED, 196),  # [181]
+     200),  # [185]
+    (["trace", "0", "--json"], is_json("trace"), TRACE_UNUSED, 197),  # [182]
+    (["trace"], has("autoretry trace — last 7 days"), TRACE_UNUSED, 197),  # [182]
     (["errors"], has("The 10 newest errored steps", "autoretry timeline ses_"), DOCTOR,
      170),  # [157]
     (["errors", "--json"], is_json("errors"), DOCTOR, 170),  # [157]

@@ -9,7 +9,7 @@ import pytest
 from opencode_rows import OpenCodeRows, tokens
 
 from opencode_autoretry.causes import Cause, Facts
-from opencode_autoretry.diagnostics.trace.report import outcome_of
+from opencode_autoretry.diagnostics.trace.outcome import outcome_of
 from opencode_autoretry.models import ErrorInfo, Message, Role, Tokens
 
 
