@@ -88,9 +88,11 @@ def digest_findings(
         "part", window.edge_part - 1
     )
     objects = Objects(memo.index_file, flags)
-    valid = memo.valid_digests(objects.heads(), now)
     candidates = in_window - fresh
-    heads = {sid: head for sid, head in valid.items() if sid in candidates}  # the index's order
+    # A dated window reads its own sessions' heads; the whole one all, in the index's order.
+    wanted = sorted(candidates) if since is not None else None
+    valid = memo.valid_digests(objects.heads(wanted), now)
+    heads = {sid: head for sid, head in valid.items() if sid in candidates}
     # Sessions with records are judged step by step (decisions, the turns of injections).
     recorded = {d.session_id for d in records.decisions} | {
         i.session_id for i in records.injections

@@ -131,8 +131,9 @@ class Objects:
         self._flags = flags
         self._decoded: dict[str, list[ClassifiedStep]] = {}
 
-    def heads(self) -> dict[str, tuple[int, int, bytes]]:
-        return self._index.digest_heads(self._flags)
+    def heads(self, sessions: Sequence[str] | None = None) -> dict[str, tuple[int, int, bytes]]:
+        """session -> (gen, valid_from, head) of these sessions' digests (None: all)."""
+        return self._index.digest_heads(self._flags, sessions)
 
     def kept_fold(self) -> bytes | None:
         """The all-time window's light sessions summed, as a report last kept them."""

@@ -26,6 +26,7 @@ import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from opencode_autoretry.store.sqlite_uri import readonly_uri
 
@@ -279,10 +280,17 @@ class StepIndex:
 
     # -- digests (session_digest.py) ---------------------------------------------------------
 
-    def digest_heads(self, flags: str) -> dict[str, tuple[int, int, bytes]]:
-        """session_id -> (gen, valid_from, tally) of the digests made with ``flags``."""
-        sql = "SELECT session_id, gen, valid_from, tally FROM digest WHERE flags = ?"
-        return {s: (g, v, t) for s, g, v, t in self.conn.execute(sql, (flags,))}
+    def digest_heads(
+        self, flags: str, sessions: Sequence[str] | None = None
+    ) -> dict[str, tuple[int, int, bytes]]:
+        """session_id -> (gen, valid_from, tally) of the digests made with ``flags``, of
+        ``sessions`` (None: all, in the index's order)."""
+        if sessions is None:
+            sql = "SELECT session_id, gen, valid_from, tally FROM digest WHERE flags = ?"
+            rows: Iterable[tuple[str, int, int, bytes]] = self.conn.execute(sql, (flags,))
+        else:
+            rows = self._digest_rows("gen, valid_from, tally", flags, sessions)
+        return {s: (g, v, t) for s, g, v, t in rows}
 
     def put_digests(self, entries: Iterable[Digest]) -> None:
         """Each session's digest: its row and its grouped rows in ``light``."""
@@ -334,14 +342,18 @@ class StepIndex:
 
     def _digest_column(self, column: str, flags: str, sessions: Sequence[str]) -> dict[str, bytes]:
         assert column in ("blob", "heavy"), column
-        found: dict[str, bytes] = {}
+        return dict(self._digest_rows(column, flags, sessions))
+
+    def _digest_rows(self, columns: str, flags: str, sessions: Sequence[str]) -> list[Any]:
+        """(session_id, *columns) of these sessions' digests (one query per 500)."""
+        found: list[Any] = []
         for start in range(0, len(sessions), _IN_CHUNK):
             chunk = sessions[start : start + _IN_CHUNK]
             sql = (
-                f"SELECT session_id, {column} FROM digest WHERE flags = ?"
+                f"SELECT session_id, {columns} FROM digest WHERE flags = ?"
                 f" AND session_id IN ({','.join('?' * len(chunk))})"
             )
-            found.update(self.conn.execute(sql, (flags, *chunk)))
+            found += self.conn.execute(sql, (flags, *chunk))
         return found
 
     def sessions_in(self, table: str, low: int, high: int, cut_ms: int) -> set[str]:
