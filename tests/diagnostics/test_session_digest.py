@@ -353,3 +353,24 @@ def test_trace_text_reuses_the_kept_continuations(
             kept = sum(isinstance(c, Rendered) for c in ours.continuations)
             if run:  # the first run keeps them; the later ones read them
                 assert (kept > 0) == reused, (run, kept)
+
+
+def test_an_index_made_before_the_kept_sums_reads_none_until_written(tmp_path: Path) -> None:
+    import sqlite3
+
+    from opencode_autoretry.diagnostics.index.step_index import INDEX_VERSION, StepIndex
+
+    path = tmp_path / "index.sqlite3"
+    with sqlite3.connect(path) as conn:  # an index of this version from before the fold table
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        conn.execute("INSERT INTO meta VALUES ('version', ?)", (INDEX_VERSION,))
+    reader = StepIndex.open(path, readonly=True)
+    assert reader.kept_fold("flags") is None
+    reader.close()
+    writer = StepIndex.open(path)  # adds the table, keeps the rest
+    writer.put_folds({"flags": b"summed"})
+    writer.close()
+    reader = StepIndex.open(path, readonly=True)
+    assert reader.kept_fold("flags") == b"summed"
+    assert reader.kept_fold("other flags") is None
+    reader.close()
