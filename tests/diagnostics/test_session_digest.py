@@ -341,9 +341,15 @@ def test_trace_json_reuses_rendered_continuations(fresh_seeded: Seeded, tmp_path
 
 
 @pytest.mark.parametrize("colour", [False, True], ids=["plain", "colour"])
+@pytest.mark.parametrize("read_all_from", [None, 1], ids=["by key", "one range"])
 def test_trace_text_reuses_the_kept_continuations(
-    fresh_seeded: Seeded, tmp_path: Path, colour: bool
+    fresh_seeded: Seeded, tmp_path: Path, colour: bool, read_all_from: int | None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from opencode_autoretry.diagnostics.index import indexed_db
+
+    if read_all_from is not None:  # as trace 0 reads ~12 700 of them at 1 M messages
+        monkeypatch.setattr(indexed_db, "_READ_ALL_RENDERED", read_all_from)
     style = Style(colour=colour, zone=UTC)
     for records, reused in ((DaemonRecords(), True), (load_records(fresh_seeded.store), False)):
         for run in range(3):
