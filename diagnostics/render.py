@@ -76,8 +76,10 @@ class Style:
     def local(self, value: datetime | None, with_date: bool = True) -> str:
         if value is None:
             return "-"
-        shown = value.astimezone(self.zone)
-        return shown.strftime("%Y-%m-%d %H:%M:%S" if with_date else "%H:%M:%S")
+        # isoformat is strftime("%Y-%m-%d %H:%M:%S") for years 1000-9999 (the reader clamps
+        # times to 1970-9999), about twice as fast (trace 0: ~12 700 times).
+        shown = value.astimezone(self.zone).isoformat(" ", "seconds")
+        return shown[:19] if with_date else shown[11:19]
 
 
 def for_terminal(report: str, style: Style) -> str:
