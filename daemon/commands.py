@@ -199,11 +199,22 @@ def run_command(app: AppContext, verbose: bool, foreground: bool, observe: bool)
             return exc.format_message()
         return None
 
+    from opencode_autoretry.diagnostics.doctor.rereads import (
+        ProcessWalk,
+        VersionReader,
+        repeated_machine,
+    )
+
+    # Kept from one run of the checks to the next: the version and the process table are read
+    # again only as far as they changed (the two biggest parts of the line's CPU, issue 21).
+    version, processes = VersionReader(), ProcessWalk()
+
     def doctor_line() -> dict[str, str]:  # as diagnose would run the checks, files read anew
         from opencode_autoretry.clock import SystemClock
         from opencode_autoretry.diagnostics.doctor.report import summary_record
 
-        return summary_record(app.copy(), SystemClock().now())
+        return summary_record(app.copy(), SystemClock().now(),
+                              repeated_machine(version, processes))
 
     try:
         restart = serve(config, check_new_config, doctor_line)

@@ -25,7 +25,7 @@ class DoctorLine:
         self, compute: Callable[[], Mapping[str, Any]], every: float = RECORD_EVERY_S
     ) -> None:
         self._compute = compute
-        self._every = every
+        self.every = every
         self._latest: Mapping[str, Any] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="doctor-line", daemon=True)
@@ -45,10 +45,10 @@ class DoctorLine:
     def _run(self) -> None:
         # The first soon after the start, once the loop's first tick wrote the heartbeat the
         # checks read (one taken before it records a digest no later heartbeat matches).
-        wait = min(FIRST_AFTER_S, self._every)
+        wait = min(FIRST_AFTER_S, self.every)
         while not self._stop.wait(wait):
             self.refresh()
-            wait = self._every
+            wait = self.every
 
     def refresh(self) -> None:
         try:

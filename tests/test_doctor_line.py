@@ -20,7 +20,10 @@ from daemon_fakes import Harness
 from opencode_autoretry.config.settings import Settings
 from opencode_autoretry.daemon import control
 from opencode_autoretry.daemon.health import DoctorLine
+from opencode_autoretry.daemon.heartbeat import HEARTBEAT_EVERY
 from opencode_autoretry.diagnostics.doctor.recorded import (
+    FRESH,
+    RECORD_EVERY_S,
     RECORD_KEY,
     inputs_digest,
     keep_summary,
@@ -104,18 +107,30 @@ def test_the_daemon_keeps_the_line_fresh_on_its_own_thread() -> None:
 
     def compute() -> dict[str, str]:
         threads.append(threading.current_thread().name)
-        computed.set()
-        return make_record(LINE, NOW, "digest")
+        if len(threads) == 3:
+            computed.set()
+        return make_record(LINE, NOW + timedelta(seconds=len(threads)), "digest")
 
     line = DoctorLine(compute, every=0.01)
     assert line.latest() is None
     line.start()
     try:
-        assert computed.wait(10), "the doctor line was never computed"
+        assert computed.wait(10), "the doctor line was not computed again and again"
     finally:
         line.stop()
-    assert line.latest() == make_record(LINE, NOW, "digest")
-    assert threads and set(threads) == {"doctor-line"}
+    assert line.latest() == make_record(LINE, NOW + timedelta(seconds=len(threads)), "digest")
+    assert len(threads) >= 3 and set(threads) == {"doctor-line"}
+
+
+def test_the_daemons_record_is_renewed_before_diagnose_finds_it_old() -> None:
+    """The oldest record diagnose can read from a live daemon: the next one is due, plus the
+    heartbeat that carries it and a tick (the loop writes the heartbeat), plus a margin for a
+    slow run of the checks on a busy machine."""
+    slowest_run = 5.0
+    oldest = (RECORD_EVERY_S + HEARTBEAT_EVERY.total_seconds() + Settings().tick_interval
+              + slowest_run)
+    assert oldest <= FRESH.total_seconds()
+    assert DoctorLine(dict).every == RECORD_EVERY_S
 
 
 def test_a_failing_check_run_leaves_no_record_and_logs_once(

@@ -34,7 +34,10 @@ from opencode_autoretry.store.database import STALE_HEARTBEAT, Heartbeat
 
 #: The heartbeat's key for the record: ``{"summary": str, "at": ISO, "inputs": digest}``.
 RECORD_KEY = "doctor"
-RECORD_EVERY_S = 15.0
+#: Every 30 s: a record is then at most ~36 s old when diagnose reads it (the next one is
+#: due, plus the heartbeat's 5 s and a tick), within ``FRESH``; twice as often cost the idle
+#: daemon twice the CPU for a line no older than ``FRESH`` allows anyway (issue 21).
+RECORD_EVERY_S = 30.0
 FRESH = timedelta(seconds=45)
 SERVICE = "opencode-autoretry.service"
 LAUNCHD_LABEL = "com.github.opencode-autoretry"

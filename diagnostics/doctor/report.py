@@ -153,10 +153,13 @@ def quick_summary(app: AppContext) -> str:
     return _quick_line(run_checks(subject_for(app, None, None), Machine(run_binary=False)))
 
 
-def summary_record(app: AppContext, now: datetime) -> dict[str, str]:
+def summary_record(
+    app: AppContext, now: datetime, machine: Machine | None = None
+) -> dict[str, str]:
     """``quick_summary``'s line with the digest of what its checks read (``recorded``): what
-    the daemon's heartbeat carries for ``diagnose``."""
+    the daemon's heartbeat carries for ``diagnose``. ``machine``: the daemon's, which keeps
+    what it read from one run to the next (``rereads``)."""
     subject = subject_for(app, None, None)
-    line = _quick_line(run_checks(subject, Machine(run_binary=False)))
+    line = _quick_line(run_checks(subject, machine or Machine(run_binary=False)))
     digest = inputs_digest(subject.settings, subject.opencode_config, subject.heartbeat)
     return make_record(line, now, digest)
