@@ -191,8 +191,10 @@ class Loop:
     # -- the run loop -----------------------------------------------------------------------
 
     def start(self, now: datetime) -> None:
-        """Rebuild from the store, then look back on what ended while the daemon was down."""
+        """Rebuild from the store, send what the last daemon queued but never delivered, then
+        look back on what ended while the daemon was down."""
         self.recovery.rebuild(now)
+        self.notifications.resend_unsent(now)
         self.gap.after_restart(now)
 
     def run(self, inbox: queue.Queue[object]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -106,3 +107,18 @@ def test_throttle_caps_per_hour_and_announces_the_rest_once():
     assert throttle.take_suppressed(later) == 3
     assert throttle.take_suppressed(later) == 0
     assert throttle.admit("s", "t9", "gave_up", later) is Admission.SEND
+
+
+def test_a_kept_notification_reads_back_whole_and_garbage_reads_as_none():
+    from opencode_autoretry.notifications.events import from_kept, kept_form
+
+    note = Notification(
+        NotifyEvent.WAITING, "ses_1", datetime(2026, 12, 3, 5, 0, tzinfo=UTC), "asked",
+        title="t ✓", directory="/w", turn_id="msg_1", kind="blank", attempts=2, budget=3,
+        decision_id=7, detail="d", suppressed=0, observed=True, ask_id="per_1", asked="rm?",
+    )
+    assert from_kept(kept_form(note, str)) == note
+    assert from_kept(kept_form(note, str.upper)) == replace(
+        note, reason="ASKED", title="T ✓", directory="/W", detail="D", asked="RM?")
+    for garbage in (None, "", "[]", "{}", "not json", '{"event": "nope", "time": "x"}'):
+        assert from_kept(garbage) is None

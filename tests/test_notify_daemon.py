@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +12,7 @@ from opencode_rows import api_error
 
 from opencode_autoretry.daemon.loop import Loop
 from opencode_autoretry.daemon.notifications.notifier import DeliveryResult
-from opencode_autoretry.notifications.events import Notification
+from opencode_autoretry.notifications.events import Notification, NotifyEvent
 from opencode_autoretry.notifications.records import notifications
 from opencode_autoretry.opencode.db import OpenCodeDB
 
@@ -217,3 +217,72 @@ def test_trace_lists_the_deliveries(tmp_path):
     assert "gave_up via webhook: ✓ sent (1 attempt, 84 ms) — decision #" in text
     assert "gave_up via command: … queued" in text
     assert '"event": "gave_up"' in trace_json(report)
+
+
+# -- a daemon killed with notifications still queued (nothing lost) ---------------------------
+
+
+def restarted(h: Harness, channels: tuple[str, ...] = ("command", "webhook")) -> FakeNotifier:
+    """A new daemon on the same store and DB, started as ``autoretry run`` starts it."""
+    fake = with_notifier(h)
+    fake.channel_names = channels
+    h.loop.start(h.clock.now())
+    return fake
+
+
+def test_a_notification_queued_when_the_daemon_died_is_sent_at_its_restart_once(tmp_path):
+    h, fake = harness(tmp_path)
+    unauthorized_turn(h)
+    (ids, note), = fake.queued  # queued, never delivered: the daemon is killed here
+    h.clock.advance(5)
+    fake2 = restarted(h)
+    (ids2, note2), = fake2.queued
+    assert ids2 == ids
+    # the same notification, its texts as the store keeps them (scrubbed: "key (fake)" is not
+    # sent again); its summary is the row's message
+    assert note2 == replace(note, detail=note2.detail)
+    assert note2.summary == notifications(h.store)[0].message
+    for channel, record_id in ids2.items():
+        h.loop.handle(DeliveryResult(record_id, channel, True, 1, None, h.clock.now(), 0.1))
+    rows = notifications(h.store)
+    assert [r.state for r in rows] == ["sent", "sent"]
+    assert [r.latency_ms for r in rows] == [5000, 5000]  # from the decision, as before
+    assert all(r.payload is None for r in rows)  # a delivered row keeps no text
+    assert restarted(h).queued == []  # delivered: never again
+
+
+def test_a_notification_not_resent_closes_its_rows_with_why(tmp_path):
+    h, fake = harness(tmp_path)
+    unauthorized_turn(h)
+    fake2 = restarted(h, channels=("command",))  # the webhook was removed from the config
+    assert [ids for ids, _ in fake2.queued] == [{"command": fake.queued[0][0]["command"]}]
+    webhook = next(r for r in notifications(h.store) if r.channel == "webhook")
+    assert webhook.state == "failed"
+    assert webhook.error == ("not delivered before the daemon stopped "
+                             "(channel webhook no longer configured)")
+    h.clock.advance(timedelta(days=1, seconds=1).total_seconds())
+    assert restarted(h).queued == []  # the command row is still queued, but a day old
+    assert {r.state for r in notifications(h.store)} == {"failed"}
+
+
+def test_a_row_queued_by_an_older_release_is_closed_not_sent(tmp_path):
+    h, fake = harness(tmp_path)
+    unauthorized_turn(h)
+    h.store._write("UPDATE notifications SET payload = NULL", ())
+    assert restarted(h).queued == []
+    rows = notifications(h.store)
+    assert [r.state for r in rows] == ["failed", "failed"]
+    assert all("kept without its text by an older release" in (r.error or "") for r in rows)
+
+
+def test_a_queued_notification_keeps_no_secret_in_the_store(tmp_path):
+    secret_hook = "http://127.0.0.1:9/hooks/T0SECRET/B0SECRET"
+    h, fake = harness(tmp_path, webhook=secret_hook)
+    sid = h.session()
+    note = Notification(NotifyEvent.WAITING, sid, h.clock.now(), f"asked about {secret_hook}",
+                        asked=f"post to {secret_hook}?", ask_id="que_1")
+    assert h.loop.notifications.send(note, h.clock.now())
+    payloads = [r.payload for r in notifications(h.store)]
+    assert all(p and "SECRET" not in p for p in payloads)
+    (_, resent), = restarted(h).queued
+    assert resent.ask_id == "que_1" and resent.asked and "SECRET" not in resent.asked

@@ -10,9 +10,10 @@ once, as "N more suppressed". The clock is an argument everywhere.
 
 from __future__ import annotations
 
+import json
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -174,6 +175,36 @@ class Notification:
             "suppressed": self.suppressed, "observed": self.observed,
             "ask": self.asked,
         }
+
+
+#: The fields a notification is kept by in the store (to send it after a restart), and
+#: those of them that are text a secret could be in.
+_KEPT_TEXT = ("reason", "title", "directory", "detail", "asked")
+
+
+def kept_form(note: Notification, clean: Callable[[str], str]) -> str:
+    """The notification as the store keeps it while it waits for delivery: every field, its
+    texts cleaned of secrets (``scrub``), as one JSON object."""
+    texts = {name: clean(value) for name in _KEPT_TEXT
+             if isinstance(value := getattr(note, name), str)}
+    kept = {**asdict(note), **texts, "event": str(note.event), "time": note.time.isoformat()}
+    return json.dumps(kept, ensure_ascii=False, sort_keys=True)
+
+
+def from_kept(text: str | None) -> Notification | None:
+    """``kept_form`` read back; None for a row without one (written before migration 8) or
+    one this release cannot read."""
+    if not text:
+        return None
+    try:
+        kept = json.loads(text)
+        names = {f.name for f in fields(Notification)}
+        values = {name: value for name, value in kept.items() if name in names}
+        values["event"] = NotifyEvent(values["event"])
+        values["time"] = datetime.fromisoformat(values["time"])
+        return Notification(**values)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def from_decision(

@@ -3,7 +3,9 @@
 ``queued`` when the loop hands it to a channel's worker, then ``sent`` or ``failed`` (with the
 attempts, the scrubbed error and the latency from decision to delivery); ``dropped`` when the
 channel's queue was full, ``suppressed`` when the hourly cap held it back (channel ``*``).
-Rows hold no payload beyond the one-line summary: no URL, no command line, no secret.
+Rows hold no URL, no command line and no secret: the one-line summary and, from migration 8,
+the notification itself (its texts scrubbed) while it is queued, so that a daemon killed before
+a delivery sends it when it starts again (``queued_notifications``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class NotificationRecord:
     done_at: datetime | None
     latency_ms: int | None
     message: str | None
+    payload: str | None = None  # the queued notification (migration 8), see ``kept_form``
 
 
 def _from_row(row: Mapping[str, Any]) -> NotificationRecord:
@@ -47,12 +50,13 @@ def _from_row(row: Mapping[str, Any]) -> NotificationRecord:
 def record_notification(
     store: Store, at: datetime, session_id: str, turn_id: str | None, event: str,
     channel: str, state: str, *, decision_id: int | None = None, message: str | None = None,
-    error: str | None = None,
+    error: str | None = None, payload: str | None = None,
 ) -> int:
     return store._write(
         "INSERT INTO notifications (at, session_id, turn_id, event, decision_id, channel, state, "
-        "message, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (to_epoch_ms(at), session_id, turn_id, event, decision_id, channel, state, message, error),
+        "message, error, payload) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (to_epoch_ms(at), session_id, turn_id, event, decision_id, channel, state, message, error,
+         payload),
     )
 
 
@@ -64,9 +68,9 @@ def finish_notification(
     if not rows:
         return None
     latency = max(0, to_epoch_ms(done_at) - int(rows[0]["at"]))
-    store._write(
-        "UPDATE notifications SET state = ?, attempts = ?, error = ?, done_at = ?, latency_ms = ? "
-        "WHERE id = ?",
+    store._write(  # a delivered row needs its payload no more
+        "UPDATE notifications SET state = ?, attempts = ?, error = ?, done_at = ?, latency_ms = ?, "
+        "payload = NULL WHERE id = ?",
         ("sent" if ok else "failed", attempts, error, to_epoch_ms(done_at), latency, record_id),
     )
     found = store._rows("SELECT * FROM notifications WHERE id = ?", (record_id,))
@@ -81,6 +85,12 @@ def notifications(
                                 lambda row: _from_row(dict(row)))
     except sqlite3.OperationalError:  # a store from before migration 4 (views never migrate)
         return []
+
+
+def queued_notifications(reader: _Reader) -> list[NotificationRecord]:
+    """Rows still ``queued``: at a daemon's start, those its predecessor never delivered."""
+    rows = reader._rows("SELECT * FROM notifications WHERE state = 'queued' ORDER BY id")
+    return [_from_row(dict(row)) for row in rows]
 
 
 def already_notified(reader: _Reader, session_id: str, turn_id: str | None, event: str) -> bool:

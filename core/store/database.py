@@ -115,6 +115,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     """,
     # 7: observe mode (issue 23): a decision recorded as what autoretry WOULD have done
     "ALTER TABLE decisions ADD COLUMN observed INTEGER NOT NULL DEFAULT 0;",
+    # 8: a queued notification keeps what it says, to be sent after a daemon killed first
+    "ALTER TABLE notifications ADD COLUMN payload TEXT;",
 )
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from opencode_autoretry.daemon.actions import SessionReader
@@ -28,15 +28,23 @@ from opencode_autoretry.notifications.events import (
     Throttle,
     event_for,
     from_decision,
+    from_kept,
+    kept_form,
 )
 from opencode_autoretry.notifications.records import (
+    NotificationRecord,
     already_notified,
     finish_notification,
+    queued_notifications,
     record_notification,
 )
 from opencode_autoretry.store.database import Store
 
 log = logging.getLogger(__name__)
+
+#: A notification its daemon never delivered (killed first) is still sent when the next one
+#: starts, unless it is older than this: a day-old "needs you" helps nobody.
+RESEND_WITHIN = timedelta(days=1)
 
 
 class Enqueuer(Protocol):
@@ -143,11 +151,18 @@ class Notifications:
     def _enqueue(self, note: Notification, now: datetime) -> None:
         assert self._notifier is not None
         ids: dict[str, int | None] = {}
+        payload = kept_form(note, self._clean)
         for channel in self._notifier.channel_names:
             ids[channel] = record_notification(
                 self._store, note.time, note.session_id, note.key, str(note.event), channel,
                 "queued", decision_id=note.decision_id, message=self._clean(note.summary),
+                payload=payload,
             )
+        self._hand_over(ids, note, now)
+
+    def _hand_over(self, ids: dict[str, int | None], note: Notification, now: datetime) -> None:
+        """Put ``note`` on its channels' queues; a full queue closes its row as dropped."""
+        assert self._notifier is not None
         began = time.perf_counter()
         full = self._notifier.enqueue(ids, note)
         spent_ms = (time.perf_counter() - began) * 1000.0
@@ -158,6 +173,33 @@ class Notifications:
                 finish_notification(self._store, record_id, False, 0, "queue full (dropped)", now)
         log.info("notify %s %s queued on %s (loop thread %.3f ms)", note.event, note.session_id,
                  ", ".join(ids) or "no channel", spent_ms)
+
+    # -- after a restart ------------------------------------------------------------------------
+
+    def resend_unsent(self, now: datetime) -> int:
+        """Send what the last daemon queued but never delivered (it was killed first), once,
+        on the channels it was queued for; a row that cannot be sent is closed as failed with
+        why. Returns how many notifications went back on a queue. Runs before any decision of
+        this daemon, so every ``queued`` row is its predecessor's."""
+        names = self._notifier.channel_names if self._notifier is not None else ()
+        resent = 0
+        for rows in _by_notification(queued_notifications(self._store)):
+            note = from_kept(rows[0].payload)
+            why = _not_resent(note, now)
+            ids: dict[str, int | None] = {}
+            for row in rows:
+                if why is None and row.channel in names:
+                    ids[row.channel] = row.id
+                else:
+                    gone = why or f"channel {row.channel} no longer configured"
+                    finish_notification(self._store, row.id, False, 0,
+                                        f"not delivered before the daemon stopped ({gone})", now)
+            if ids and note is not None:
+                self._hand_over(ids, note, now)
+                resent += 1
+        if resent:
+            log.info("notify: %d notification(s) queued again after a restart", resent)
+        return resent
 
     def on_result(self, result: DeliveryResult, now: datetime) -> None:
         """A worker's report (through the inbox): the row becomes ``sent`` or ``failed``."""
@@ -173,3 +215,21 @@ class Notifications:
 
     def _clean(self, text: str) -> str:
         return scrub(text, self.config.secrets())
+
+
+def _by_notification(rows: Iterable[NotificationRecord]) -> list[list[NotificationRecord]]:
+    """Rows grouped by the notification they carry (one row per channel, written together)."""
+    groups: dict[tuple[object, ...], list[NotificationRecord]] = {}
+    for row in rows:
+        key = (row.at, row.session_id, row.turn_id, row.event, row.decision_id, row.payload)
+        groups.setdefault(key, []).append(row)
+    return list(groups.values())
+
+
+def _not_resent(note: Notification | None, now: datetime) -> str | None:
+    """Why a notification its daemon never delivered is not sent now, or None to send it."""
+    if note is None:
+        return "kept without its text by an older release"
+    if now - note.time > RESEND_WITHIN:
+        return "more than a day old at the restart"
+    return None
