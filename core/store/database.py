@@ -46,6 +46,14 @@ def _type_old_decisions(conn: sqlite3.Connection) -> None:
                      (str(cause), facts.to_json(), row_id))
 
 
+def _add_column(conn: sqlite3.Connection, table: str, column: str) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` unless the table has it (a store whose migration rows
+    were rewound, as a test of older stores does)."""
+    name = column.split()[0]
+    if name not in {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}:
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
+
 #: Each step is a script, or a function of the connection (run in the step's transaction).
 Migration = str | Callable[[sqlite3.Connection], None]
 
@@ -116,7 +124,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 7: observe mode (issue 23): a decision recorded as what autoretry WOULD have done
     "ALTER TABLE decisions ADD COLUMN observed INTEGER NOT NULL DEFAULT 0;",
     # 8: a queued notification keeps what it says, to be sent after a daemon killed first
-    "ALTER TABLE notifications ADD COLUMN payload TEXT;",
+    lambda conn: _add_column(conn, "notifications", "payload TEXT"),
 )
 
 
