@@ -91,6 +91,26 @@ def test_a_fault_left_unrecovered_is_a_violation():
     assert any("no send decision" in v.detail for v in more)  # the lost decision
 
 
+def test_a_loop_recovered_as_a_stall_passes_only_when_the_daemon_lost_its_stream():
+    def loop_turn(stream_lost: bool) -> Observed:
+        return observed(
+            [PlannedTurn("t0x0", "s1", "repetition_loop", stream_lost=stream_lost)],
+            [user("m1", "t0x0", "repetition_loop"), answer("m2", finish=None),
+             user("m3", injection=1), answer("m4")],
+            [send(1, "m1", "stall", "stall", action="abort_then_inject")],
+            [injection(1, 1, "m1")],
+            provider_continuations={"t0x0": 1},
+        )
+
+    [found] = check(loop_turn(stream_lost=False))
+    assert found.rule == "turn outcome"
+    assert "no send decision of kind ['repetition']" in found.detail
+    assert check(loop_turn(stream_lost=True)) == []
+    blank = replace(recovered_blank(), decisions=[send(1, "m1", "stall", "stall")])
+    blank = replace(blank, plan=[replace(blank.plan[0], stream_lost=True)])
+    assert "turn outcome" in rules(check(blank))  # only a fault that says so allows it
+
+
 def test_a_doubled_continuation_is_caught_three_ways():
     base = recovered_blank()
     doubled = replace(base, messages=[*base.messages, user("m5", injection=1), answer("m6")])

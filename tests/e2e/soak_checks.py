@@ -70,6 +70,7 @@ class PlannedTurn:
     tag: str
     session_id: str
     fault: str  # a soak_plan.MENU name
+    stream_lost: bool = False  # the daemon lost its live view of it (``Fault.if_stream_lost``)
 
 
 @dataclass(frozen=True)
@@ -137,9 +138,12 @@ def segments(messages: Iterable[MessageRow]) -> dict[str, list[Segment]]:
     }
 
 
-def _turn_rules(fault: Fault, segment: Segment, decided: Sequence[DecisionRow]) -> list[str]:
+def _turn_rules(
+    fault: Fault, segment: Segment, decided: Sequence[DecisionRow], stream_lost: bool = False
+) -> list[str]:
     """What is wrong with one tagged turn, given its fault (empty: it went as it must)."""
     sent = len(segment.injected)
+    kinds = fault.kinds | fault.if_stream_lost if stream_lost else fault.kinds
     problems: list[str] = []
     if fault.expect is Expect.RECOVER:
         if sent == 0:
@@ -148,8 +152,8 @@ def _turn_rules(fault: Fault, segment: Segment, decided: Sequence[DecisionRow]) 
             problems.append(f"{sent} continuations for one fault")
         elif not segment.ends_clean:
             problems.append("continued but no clean answer followed")
-        if not any(d.kind in fault.kinds and d.action in SEND_ACTIONS for d in decided):
-            problems.append(f"no send decision of kind {sorted(fault.kinds)}: "
+        if not any(d.kind in kinds and d.action in SEND_ACTIONS for d in decided):
+            problems.append(f"no send decision of kind {sorted(kinds)}: "
                             f"{[(d.kind, d.action) for d in decided]}")
     elif fault.expect is Expect.CANCEL:
         if sent > 1:
@@ -185,7 +189,8 @@ def check_turns(observed: Observed) -> list[Violation]:
             continue
         decided = by_turn.get(segment.opener.id, [])
         fault = BY_NAME[planned.fault]
-        found += [Violation("turn outcome", where, p) for p in _turn_rules(fault, segment, decided)]
+        found += [Violation("turn outcome", where, p)
+                  for p in _turn_rules(fault, segment, decided, planned.stream_lost)]
     for tag, segment in by_tag.items():
         if tag is None and segment.injected:
             found.append(Violation("sent to an untagged turn", segment.opener.session_id,

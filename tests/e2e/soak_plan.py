@@ -42,6 +42,9 @@ class Fault:
     how: How
     expect: Expect
     kinds: frozenset[str] = frozenset()  # the decision kinds that are right for it
+    #: Kinds also right when the daemon lost the turn's live stream (it was SIGKILLed, or its
+    #: bridge's socket cut, while the turn ran): what it saw of the stream died with it.
+    if_stream_lost: frozenset[str] = frozenset()
     slow: bool = False  # OpenCode's own retries take about a minute: the long soak only
     weight: int = 2
 
@@ -74,7 +77,11 @@ MENU: tuple[Fault, ...] = (
     _f("reset", "reset", P, R, "runaway", "truncated", "silent"),
     _f("noreason_loop", "noreason", P, R, "runaway"),
     _f("stall", "stall:30", P, R, "stall"),
-    _f("repetition_loop", "loop", P, R, "repetition"),
+    # The loop's evidence is in its deltas only (OpenCode's DB holds "" while a part streams),
+    # and the fake holds a loop at its 300th word until it is stopped: a daemon that lost the
+    # deltas it had (killed with them unread, a socket cut) sees a stream that stopped moving,
+    # a stall. (A real loop keeps streaming, so a restarted daemon finds it in what follows.)
+    _f("repetition_loop", "loop", P, R, "repetition", if_stream_lost=frozenset({"stall"})),
     _f("unauthorized", "http401", P, Expect.LEAVE, "terminal", weight=1),
     _f("quota", "quota429", P, Expect.LEAVE, "terminal", weight=1),
     _f("user_abort", "stall:30", How.ABORT, Expect.LEAVE, "user_abort"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,12 @@ class Soaking:
     def planned(self, tag: str, session: str, fault: Fault) -> None:
         with self.lock:
             self.plan.append(PlannedTurn(tag, session, fault.name))
+
+    def stream_lost(self, tag: str) -> None:
+        """The daemon lost its live view of turn ``tag`` while it ran (``_forgot``)."""
+        with self.lock:
+            self.plan = [replace(p, stream_lost=True) if p.tag == tag else p for p in self.plan]
+            self.notes["turns whose live stream the daemon lost (cut or restart)"] += 1
 
     def note(self, what: str) -> None:
         with self.lock:
@@ -200,6 +206,7 @@ def play(soak: Soaking, lane: Lane, tag: str, fault: Fault) -> None:
     if fault.how is How.OFF:
         switch(soak, lane, on=False)
     soak.planned(tag, lane.session, fault)
+    lines_before = len(soak.daemon.lines())
     events_before = len(lane.process.server.events.all())
     lane.process.server.prompt_async(lane.session, prompt_text(tag, fault))
     if fault.how is How.ABORT:
@@ -209,5 +216,7 @@ def play(soak: Soaking, lane: Lane, tag: str, fault: Fault) -> None:
     elif fault.how is How.BACKOFF_MESSAGE:
         _write_in_backoff(soak, lane, tag)
     settle(soak, lane, tag, fault)
+    if fault.if_stream_lost and _forgot(soak, lane.session, lines_before):
+        soak.stream_lost(tag)
     if fault.how is How.OFF:
         switch(soak, lane, on=True)
