@@ -94,7 +94,10 @@ def test_the_drawing_is_riches_output_byte_for_byte(
     rng = random.Random(seed)
     drawn: Counter[bool] = Counter()  # by colour
     fell = 0
-    for _ in range(100):
+    # 4 x 30 random summaries, each in both styles: rich's side of the comparison is ~95 % of
+    # the time (~25 ms a summary, ~3x that under the suite's coverage), so the count is what
+    # the suite can afford; every seed still takes both paths in both styles (below).
+    for _ in range(30):
         summary = _summary(rng)
         for colour in (False, True):
             style, width = Style(colour=colour), _width(rng, colour)
@@ -108,7 +111,7 @@ def test_the_drawing_is_riches_output_byte_for_byte(
             rendered = view.render_summary(summary, style, width)
             assert rendered == _by_rich(summary, style, width, monkeypatch), (colour, width)
     # both paths taken, the drawing most of the time, in both styles
-    assert drawn[False] > 40 and drawn[True] > 40 and fell > 10
+    assert drawn[False] > 12 and drawn[True] > 12 and fell > 5
 
 
 def typical() -> Summary:
