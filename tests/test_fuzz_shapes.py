@@ -3,6 +3,7 @@ over a real DB whose rows hold garbage. Nothing raises; every time is a valid da
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from collections.abc import Iterator
 from datetime import datetime
@@ -36,6 +37,20 @@ def _valid(message: Message) -> None:
     assert isinstance(message.time_created, datetime)
     assert message.time_completed is None or isinstance(message.time_completed, datetime)
     assert isinstance(message.tokens.output, int)
+    for built in (message, message.tokens, *message.parts):
+        _as_constructed(built)
+
+
+def _as_constructed(built: object) -> None:
+    """What ``shapes._assembled`` built (without the dataclass's ``__init__``) is what the
+    constructor builds: every field, in order, equal, hashed alike, and still frozen."""
+    assert dataclasses.is_dataclass(built) and not isinstance(built, type)
+    names = [f.name for f in dataclasses.fields(built)]
+    assert list(vars(built)) == names
+    again = dataclasses.replace(built)  # through __init__
+    assert again == built and hash(again) == hash(built) and repr(again) == repr(built)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(built, names[0], None)
 
 
 @settings(FUZZ, max_examples=200)

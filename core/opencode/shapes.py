@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from opencode_autoretry.models import (
     EPOCH,
@@ -62,7 +62,20 @@ _MAX_MS = 253_402_300_799_999
 def _at(epoch_ms: object) -> datetime:
     """Clamped to 1970..9999: a corrupt row must not stop the reader (found by fuzzing)."""
     ms = min(max(_int(epoch_ms), 0), _MAX_MS)
-    return EPOCH + timedelta(milliseconds=ms)
+    return EPOCH + timedelta(0, 0, 0, ms)  # milliseconds, positional: ~25 % quicker
+
+
+Built = TypeVar("Built")
+
+
+def _assembled(cls: type[Built], fields: dict[str, Any]) -> Built:
+    """A frozen dataclass from *every* one of its fields, already normalised, without its
+    generated ``__init__``: a frozen one sets each field through ``object.__setattr__``
+    (~4.5 us for a Message here; a first ``diagnose`` parses ~60 000 messages and ~35 000
+    parts). ``tests/test_shapes_assembled.py`` keeps each use equal to the constructor."""
+    built = object.__new__(cls)
+    built.__dict__.update(fields)
+    return built
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -78,14 +91,14 @@ def _str_or_none(value: object) -> str | None:
 def parse_tokens(raw: object) -> Tokens:
     data = _mapping(raw)
     cache = _mapping(data.get("cache"))
-    return Tokens(
-        input=_int(data.get("input")),
-        output=_int(data.get("output")),
-        reasoning=_int(data.get("reasoning")),
-        cache_read=_int(cache.get("read")),
-        cache_write=_int(cache.get("write")),
-        total=_int(data.get("total")),
-    )
+    return _assembled(Tokens, {
+        "input": _int(data.get("input")),
+        "output": _int(data.get("output")),
+        "reasoning": _int(data.get("reasoning")),
+        "cache_read": _int(cache.get("read")),
+        "cache_write": _int(cache.get("write")),
+        "total": _int(data.get("total")),
+    })
 
 
 def _cost(raw: object) -> float:
@@ -153,14 +166,14 @@ def parse_error(raw: object) -> ErrorInfo | None:
 def parse_part(
     part_id: str, message_id: str, session_id: str, time_created: int, data: Mapping[str, Any]
 ) -> Part:
-    return Part(
-        id=part_id,
-        message_id=message_id,
-        session_id=session_id,
-        type=PartType.parse(data.get("type")),
-        time_created=_at(time_created),
-        data=data,
-    )
+    return _assembled(Part, {
+        "id": part_id,
+        "message_id": message_id,
+        "session_id": session_id,
+        "type": PartType.parse(data.get("type")),
+        "time_created": _at(time_created),
+        "data": data,
+    })
 
 
 def _model_ids(data: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -181,25 +194,25 @@ def parse_message(
     role = Role.ASSISTANT if data.get("role") == "assistant" else Role.USER
     times = _mapping(data.get("time"))
     provider, model_id = _model_ids(data)
-    return Message(
-        id=message_id,
-        session_id=session_id,
-        role=role,
-        time_created=_at(time_created),
-        time_completed=_at(_int(times["completed"])) if times.get("completed") else None,
-        parent_id=_str_or_none(data.get("parentID")),
-        finish=_str_or_none(data.get("finish")),
-        tokens=parse_tokens(data.get("tokens")),
-        cost=_cost(data.get("cost")),
-        error=parse_error(data.get("error")),
-        agent=_str_or_none(data.get("agent")),
-        mode=_str_or_none(data.get("mode")),
-        provider_id=provider,
-        model_id=model_id,
-        variant=_str_or_none(data.get("variant")),
-        summary=data.get("summary") is True,
-        parts=tuple(parts),
-    )
+    return _assembled(Message, {
+        "id": message_id,
+        "session_id": session_id,
+        "role": role,
+        "time_created": _at(time_created),
+        "time_completed": _at(_int(times["completed"])) if times.get("completed") else None,
+        "parent_id": _str_or_none(data.get("parentID")),
+        "finish": _str_or_none(data.get("finish")),
+        "tokens": parse_tokens(data.get("tokens")),
+        "error": parse_error(data.get("error")),
+        "agent": _str_or_none(data.get("agent")),
+        "mode": _str_or_none(data.get("mode")),
+        "provider_id": provider,
+        "model_id": model_id,
+        "variant": _str_or_none(data.get("variant")),
+        "summary": data.get("summary") is True,
+        "parts": tuple(parts),
+        "cost": _cost(data.get("cost")),
+    })
 
 
 SESSION_COLUMNS = (
