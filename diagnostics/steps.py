@@ -20,12 +20,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Protocol, cast
 
 from opencode_autoretry.diagnostics.records import DaemonRecords, daemon_abort_for
 from opencode_autoretry.models import Kind, LiveFacts, Message, Role, Turn, Verdict, to_epoch_ms
 from opencode_autoretry.opencode.db import MessageRow, OpenCodeDB
+from opencode_autoretry.opencode.shapes import stand_in_opener
 
 #: A step with nothing after it is taken as settled once it is this old.
 SETTLE = timedelta(minutes=5)
@@ -41,14 +42,6 @@ class ClassifiedStep:
     step: Message
     turn: Turn
     verdict: Verdict
-
-
-def _opener(step: Message) -> Message:
-    """The turn as seen from its steps: the parent message (its content is not needed)."""
-    at = step.time_created.astimezone(UTC)
-    return Message(
-        id=step.parent_id or "", session_id=step.session_id, role=Role.USER, time_created=at
-    )
 
 
 def _key(message: Message) -> tuple[datetime, str]:
@@ -109,7 +102,7 @@ def _classify_group(
     loaded = whole_turn or len(group) >= runaway_steps
     context = _group_steps(db, group, whole_turn) if loaded else list(group)
     position = {m.id: i for i, m in enumerate(context)}
-    opener = _opener(group[0])  # the group shares its session and parent
+    opener = stand_in_opener(group[0])  # the group shares its session and parent
     found: list[ClassifiedStep] = []
     for index, step in enumerate(group):
         upto = position.get(step.id)

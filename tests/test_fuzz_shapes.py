@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from opencode_rows import OpenCodeRows
 
-from opencode_autoretry.models import Message
+from opencode_autoretry.models import Message, Role
 from opencode_autoretry.opencode import shapes
 from opencode_autoretry.opencode.db import OpenCodeDB
 
@@ -78,6 +78,10 @@ def test_parse_message_and_its_parts(time_created: object, data: dict) -> None:
     part = shapes.parse_part("prt_1", "msg_1", "ses_1", time_created, data)  # type: ignore[arg-type]
     message = shapes.parse_message("msg_1", "ses_1", time_created, data, [part])  # type: ignore[arg-type]
     _valid(message)
+    opener = shapes.stand_in_opener(message)
+    _as_constructed(opener)
+    assert opener == Message(id=message.parent_id or "", session_id="ses_1", role=Role.USER,
+                             time_created=message.time_created)
     for turn in shapes.group_turns("ses_1", [message, message]):
         shapes.turn_until(turn, "msg_1")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from opencode_autoretry.models import (
@@ -213,6 +213,22 @@ def parse_message(
         "parts": tuple(parts),
         "cost": _cost(data.get("cost")),
     })
+
+
+def stand_in_opener(step: Message) -> Message:
+    """The user message that opened ``step``'s turn, as its steps show it: its id (the
+    steps' ``parentID``), session and the step's time; no content (a report classifies a
+    turn from its steps; ~40 000 of these on a heavy first ``diagnose``)."""
+    return _assembled(Message, {
+        "id": step.parent_id or "", "session_id": step.session_id, "role": Role.USER,
+        "time_created": step.time_created.astimezone(UTC), "time_completed": None,
+        "parent_id": None, "finish": None, "tokens": _NO_TOKENS, "error": None, "agent": None,
+        "mode": None, "provider_id": None, "model_id": None, "variant": None, "summary": False,
+        "parts": (), "cost": 0.0,
+    })
+
+
+_NO_TOKENS = Tokens()
 
 
 SESSION_COLUMNS = (
