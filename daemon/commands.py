@@ -98,7 +98,7 @@ def serve(
     timers = RetryScheduler(inbox)
     doctor = DoctorLine(doctor_line) if doctor_line is not None else None  # issue 21
     tailer = DbTailer(lambda: OpenCodeDB.open(settings.opencode_db), inbox, settings.poll_interval)
-    watcher = WalWatcher(settings.opencode_db, tailer.wake)
+    watcher = WalWatcher(settings.opencode_db, tailer.wakeup)
     loop = Loop(config, store, bridges,
                 lambda: OpenCodeDB.open(settings.opencode_db, timeout=LOOP_DB_TIMEOUT_S), timers,
                 SystemClock(), parts=parts, notifier=notifier, telemetry=telemetry,

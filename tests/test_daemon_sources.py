@@ -21,6 +21,7 @@ from opencode_autoretry.cli.main import main
 from opencode_autoretry.daemon.inbox import DbRows, Shutdown, TimerDue
 from opencode_autoretry.daemon.intake.bridges import BridgeMessage
 from opencode_autoretry.daemon.intake.sources import DbTailer
+from opencode_autoretry.daemon.intake.wakeup import Wakeup
 from opencode_autoretry.daemon.intake.watch import WalWatcher
 from opencode_autoretry.daemon.scheduler import RetryScheduler
 from opencode_autoretry.opencode.db import OpenCodeDB
@@ -102,21 +103,24 @@ def test_tailer_waits_for_a_missing_db(tmp_path):
 def test_wal_watcher_wakes_on_writes(tmp_path):
     rows = OpenCodeRows(tmp_path / "opencode.db")
     rows.commit()
-    woke = threading.Event()
-    watcher = WalWatcher(tmp_path / "opencode.db", woke.set)
+    wakeup = Wakeup()
+    watcher = WalWatcher(tmp_path / "opencode.db", wakeup)
     assert watcher.start()
+    woke = threading.Event()
+    sleeper = threading.Thread(target=lambda: (wakeup.wait(WAIT_S * 6), woke.set()), daemon=True)
+    sleeper.start()
     try:
-        woke.clear()
         rows.user(rows.session("x"))
         rows.commit()
         assert woke.wait(WAIT_S), "no wake-up within 10 s of a WAL write"
     finally:
         watcher.stop()
+        wakeup.close()
         rows.close()
 
 
 def test_wal_watcher_on_a_missing_directory(tmp_path):
-    assert not WalWatcher(tmp_path / "nope" / "opencode.db", lambda: None).start()
+    assert not WalWatcher(tmp_path / "nope" / "opencode.db", Wakeup()).start()
 
 
 def test_tailer_thread_enqueues_after_a_wake(tmp_path):

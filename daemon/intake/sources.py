@@ -3,8 +3,9 @@
 It keeps one cursor, the last message id, so the cost of a read depends on what changed,
 never on the size of the DB. OpenCode's durable ``event`` table is not read: the loop has no
 use for it (1.18 leaves it empty for v1 sessions; the bridges stream the events). It reads
-when woken (the -wal watcher) or, if the file system stays silent, every ``poll_interval``
-seconds; what it reads goes into the inbox as one ``DbRows`` item. It never decides anything.
+when woken (the -wal watcher: on Linux this thread polls its inotify fd itself, see
+``wakeup``) or, if the file system stays silent, every ``poll_interval`` seconds; what it
+reads goes into the inbox as one ``DbRows`` item. It never decides anything.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Protocol
 
 from opencode_autoretry.daemon.inbox import DbRows
 from opencode_autoretry.daemon.intake.db_guard import file_identity
+from opencode_autoretry.daemon.intake.wakeup import Wakeup
 from opencode_autoretry.models import Message, Role
 from opencode_autoretry.opencode.dbtypes import DbError
 
@@ -51,12 +53,17 @@ class DbTailer:
         self._identity: tuple[int, int] | None = None
         self._primed = False
         self._message_id: str | None = None
-        self._wake = threading.Event()
+        self._wakeup = Wakeup()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def wakeup(self) -> Wakeup:
+        """What the tailer's thread sleeps on; the -wal watcher attaches its fd to it."""
+        return self._wakeup
+
     def wake(self) -> None:
-        self._wake.set()
+        self._wakeup.wake()
 
     def prime(self) -> bool:
         """Start the cursor at the DB's current end (history is the loop's rebuild's job).
@@ -134,14 +141,14 @@ class DbTailer:
 
     def stop(self) -> None:
         self._stop.set()
-        self._wake.set()
+        self._wakeup.wake()
         if self._thread is not None:
             self._thread.join(timeout=5.0)
+        self._wakeup.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(timeout=self._poll_interval)
-            self._wake.clear()
+            self._wakeup.wait(self._poll_interval)
             if self._stop.is_set():
                 return
             self.read_new()
