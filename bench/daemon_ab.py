@@ -33,6 +33,7 @@ from daemon_harness import (
     Rig,
     Sampler,
     TimedProvider,
+    Usage,
     ensure_opencode,
     first_decision_ms,
     rig,
@@ -90,7 +91,8 @@ def window(bench: Rig, binary: Path, provider: TimedProvider, checkout: Path, se
     ids = start_streams(server, provider, sessions, words)
     published0 = len(server.events.of_type("message.part.delta"))
     beat0 = lines_read(daemon)
-    sampler = Sampler(daemon.process.pid).begin()  # type: ignore[union-attr]
+    pid = daemon.process.pid  # type: ignore[union-attr]
+    sampler = Sampler(pid).begin()
     server.events.wait_for(
         lambda e: e.get("type") == "session.idle" and e["properties"].get("sessionID") in ids,
         words * 0.1 + TURN_S, "a streamed session finishing")
@@ -106,8 +108,18 @@ def window(bench: Rig, binary: Path, provider: TimedProvider, checkout: Path, se
     daemon.stop()
     bench.daemon = None
     return (f"{usage.core_share:.2f} % ({usage.cpu * 1000:.0f} ms in {usage.wall:.1f} s, loop "
-            f"thread {usage.loop_cpu * 1000:.0f} ms), ~{lines:.0f} bridge lines/s, "
-            f"{published:.0f} deltas/s, decisions {decided}"), usage.core_share
+            f"thread {usage.loop_cpu * 1000:.0f} ms, other threads {other_threads(usage, pid)}"
+            f"), ~{lines:.0f} bridge lines/s, {published:.0f} deltas/s, decisions {decided}"
+            ), usage.core_share
+
+
+def other_threads(usage: Usage, pid: int) -> str:
+    """The CPU of every thread but the loop's (the busiest first, ms; unnamed: the bridge
+    reader is the busiest, then the DB tailer and, before issue 21's inotify, watchdog's
+    three threads), and how many threads ran at all in the window."""
+    others = [used for tid, used in usage.threads if tid != pid]
+    listed = "/".join(f"{used * 1000:.0f}" for used in others)
+    return f"{listed} ms ({len(others)} threads)"
 
 
 def main() -> None:
