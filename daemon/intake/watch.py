@@ -5,8 +5,9 @@ directory (the -wal file comes and goes at checkpoints) and filtering on the two
 the watch trivial. The tailer decides what is new; this module never reads the DB.
 
 On Linux the tailer's own thread polls an inotify fd (``InotifySource``, attached to its
-``Wakeup``): one write, one wake-up of one thread. Elsewhere, or when inotify cannot be set
-up, a watchdog observer (``watch_fallback``) calls ``Wakeup.wake``.
+``Wakeup``): a commit wakes that one thread, once or twice (``commit_gate``: the read waits
+until the commit is published, without a wake-up per frame). Elsewhere, or when inotify
+cannot be set up, a watchdog observer (``watch_fallback``) calls ``Wakeup.wake``.
 """
 
 from __future__ import annotations
