@@ -21,13 +21,15 @@
 // sessions: ~400 lines/s, each costing the daemon a decode and a hand-over), so the window
 // widens to keep the lines of all sessions near `COALESCE_LINES_PER_S`: the next window is
 // as long as the lines the last one sent need at that rate, between `windowMs` and
-// `COALESCE_WIDEST` times it. Up to 10 streaming sessions (every single stream, so what the
-// repetition guard's catch distance was measured on) keep `windowMs` exactly; 20 get 2x, 40
+// `COALESCE_WIDEST` times it. Up to 5 streaming sessions (every single stream, so what the
+// repetition guard's catch distance was measured on) keep `windowMs` exactly; 10 get 2x, 20
 // or more 4x. A delta waits at most `COALESCE_WIDEST * windowMs`; any other line still
-// flushes at once, so a turn's end or error is never held (issue 21).
+// flushes at once, so a turn's end or error is never held (issue 21). The daemon's CPU
+// follows these lines: 100 lines/s instead of 200 took it from 1.13 to 0.82 % of a core with
+// 20 sessions streaming (bench/README.md, "Fewer lines with many streams").
 export const COALESCE_MS = 50
 export const COALESCE_MAX_CHARS = 1024
-export const COALESCE_LINES_PER_S = 200
+export const COALESCE_LINES_PER_S = 100
 export const COALESCE_WIDEST = 4
 
 export function coalesceWindow(options = {}, env = process.env) {

@@ -144,7 +144,7 @@ function streamWindow(c, timers, sessions, t) {
 test("a few streams keep the window; many widen it to bound the lines per second", () => {
   const { c, out, timers } = coalescer()
   const few = (COALESCE_MS * COALESCE_LINES_PER_S) / 1000 // sessions that fit one window
-  assert.equal(few, 10)
+  assert.equal(few, 5)
   streamWindow(c, timers, 1, 1)
   streamWindow(c, timers, few, 2)
   streamWindow(c, timers, 2 * few, 3) // sized by the window before it: still the base
@@ -161,8 +161,9 @@ test("a few streams keep the window; many widen it to bound the lines per second
 
 test("an early flush neither widens nor narrows the next window; drop forgets its lines", () => {
   const { c, timers } = coalescer()
-  streamWindow(c, timers, 20, 1) // sizes the next window: 2x
-  for (let i = 0; i < 30; i++) c.add(sessionDelta(`s${i}`, "w "), 2)
+  const few = (COALESCE_MS * COALESCE_LINES_PER_S) / 1000 // sessions that fit one window
+  streamWindow(c, timers, 2 * few, 1) // sizes the next window: 2x
+  for (let i = 0; i < 3 * few; i++) c.add(sessionDelta(`s${i}`, "w "), 2)
   c.flush() // another line went out: the window ended early
   c.add(sessionDelta("a", "w "), 3)
   c.drop()
