@@ -9,7 +9,10 @@ import queue
 import shutil
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from watch_helpers import QUIET_S, WAIT_S, Sleeper, Writer, fds_to, linux, read_ids
 
 from opencode_autoretry.daemon.intake import inotify, watch_fallback
@@ -29,59 +32,54 @@ from opencode_autoretry.opencode.db import OpenCodeDB
 # -- inotify, real, in a tmp dir -----------------------------------------------------------
 
 
-@linux
-def test_a_write_to_the_wal_wakes_the_sleeper(tmp_path):
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[WalWatcher, Wakeup]]:
+    """A started watch on ``tmp_path / "x.db"`` and the wakeup its writes wake."""
     wakeup = Wakeup()
     watcher = WalWatcher(tmp_path / "x.db", wakeup)
     assert watcher.start()
+    try:
+        yield watcher, wakeup
+    finally:
+        watcher.stop()
+        wakeup.close()
+
+
+@linux
+def test_a_write_to_the_wal_wakes_the_sleeper(tmp_path, watched):
+    watcher, wakeup = watched
     assert watcher.kind == "inotify"
-    try:
-        sleeper = Sleeper(wakeup, WAIT_S * 6)
-        (tmp_path / "x.db-wal").write_bytes(b"frame")
-        assert sleeper.returned.wait(WAIT_S), "no wake-up within 10 s of a -wal write"
-        sleeper = Sleeper(wakeup, WAIT_S * 6)
-        with (tmp_path / "x.db").open("ab") as db:  # the DB itself (a checkpoint)
-            db.write(b"page")
-        assert sleeper.returned.wait(WAIT_S), "no wake-up within 10 s of a DB write"
-    finally:
-        watcher.stop()
-        wakeup.close()
+    sleeper = Sleeper(wakeup, WAIT_S * 6)
+    (tmp_path / "x.db-wal").write_bytes(b"frame")
+    assert sleeper.returned.wait(WAIT_S), "no wake-up within 10 s of a -wal write"
+    sleeper = Sleeper(wakeup, WAIT_S * 6)
+    with (tmp_path / "x.db").open("ab") as db:  # the DB itself (a checkpoint)
+        db.write(b"page")
+    assert sleeper.returned.wait(WAIT_S), "no wake-up within 10 s of a DB write"
 
 
 @linux
-def test_a_write_to_another_file_does_not_wake_it(tmp_path):
-    wakeup = Wakeup()
-    watcher = WalWatcher(tmp_path / "x.db", wakeup)
-    assert watcher.start()
-    try:
-        sleeper = Sleeper(wakeup, QUIET_S)
-        for name in ("x.db-shm", "x.db-journal", "other.db-wal", "x.dbx"):
-            (tmp_path / name).write_bytes(b"not ours")
-        (tmp_path / "sub").mkdir()
-        (tmp_path / "sub" / "x.db-wal").write_bytes(b"not this directory")
-        assert sleeper.returned.wait(WAIT_S)
-        assert sleeper.took >= QUIET_S - 0.01, "woken by a write of another name"
-        sleeper = Sleeper(wakeup, WAIT_S * 6)
-        (tmp_path / "x.db-wal").write_bytes(b"frame")  # the watch still answers its names
-        assert sleeper.returned.wait(WAIT_S)
-    finally:
-        watcher.stop()
-        wakeup.close()
+def test_a_write_to_another_file_does_not_wake_it(tmp_path, watched):
+    _, wakeup = watched
+    sleeper = Sleeper(wakeup, QUIET_S)
+    for name in ("x.db-shm", "x.db-journal", "other.db-wal", "x.dbx"):
+        (tmp_path / name).write_bytes(b"not ours")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.db-wal").write_bytes(b"not this directory")
+    assert sleeper.returned.wait(WAIT_S)
+    assert sleeper.took >= QUIET_S - 0.01, "woken by a write of another name"
+    sleeper = Sleeper(wakeup, WAIT_S * 6)
+    (tmp_path / "x.db-wal").write_bytes(b"frame")  # the watch still answers its names
+    assert sleeper.returned.wait(WAIT_S)
 
 
 @linux
-def test_a_wal_renamed_into_place_wakes_it(tmp_path):
-    wakeup = Wakeup()
-    watcher = WalWatcher(tmp_path / "x.db", wakeup)
-    assert watcher.start()
-    try:
-        (tmp_path / "new").write_bytes(b"a replaced DB")
-        sleeper = Sleeper(wakeup, WAIT_S * 6)
-        os.replace(tmp_path / "new", tmp_path / "x.db")
-        assert sleeper.returned.wait(WAIT_S)
-    finally:
-        watcher.stop()
-        wakeup.close()
+def test_a_wal_renamed_into_place_wakes_it(tmp_path, watched):
+    _, wakeup = watched
+    (tmp_path / "new").write_bytes(b"a replaced DB")
+    sleeper = Sleeper(wakeup, WAIT_S * 6)
+    os.replace(tmp_path / "new", tmp_path / "x.db")
+    assert sleeper.returned.wait(WAIT_S)
 
 
 @linux
