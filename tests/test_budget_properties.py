@@ -20,8 +20,11 @@ resuming on its own (a restart does not cancel it: the store keeps the intent).
 
 The number of generated sequences is fixed (MAX_EXAMPLES: 1000 in a suite run, which keeps the
 suite under 10 minutes; ``AUTORETRY_BUDGET_EXAMPLES=3000`` for the full run), counted, printed
-and recorded as the ``generated_sequences`` test property. Derandomized: every run checks the
-same sequences, so a larger number adds coverage once, not on every run. Last 10 000 run
+and recorded as the ``generated_sequences`` test property. Seeded (``SEED``; another with
+``AUTORETRY_BUDGET_SEED=N``): every run checks the same sequences, however pytest is invoked,
+so a larger number adds coverage once, not on every run (another seed may draw too few of
+the rarest outcome for the thresholds at the end: seeds 2 and 6 draw 6 ``blocked_by_exhausted``).
+The last 10 000 run (derandomized then, so other sequences than today's)
 (``AUTORETRY_BUDGET_EXAMPLES=10000 pytest -n 0 --timeout=0 tests/test_budget_properties.py``):
 154 630 events, 6 185 continuations owed and checked, no violation; 614 s wall (83 s of CPU) on
 the shared 2-core machine at a load average near 15.
@@ -35,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from opencode_autoretry.decisions.budget import (
@@ -69,6 +72,8 @@ from opencode_autoretry.models import (
 )
 
 MAX_EXAMPLES = int(os.environ.get("AUTORETRY_BUDGET_EXAMPLES") or 1000)
+#: The generation's seed (``AUTORETRY_BUDGET_SEED`` tries another).
+SEED = int(os.environ.get("AUTORETRY_BUDGET_SEED") or 1)
 MIN_EVENTS = 8
 MAX_EVENTS = 60
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -359,11 +364,15 @@ def test_random_event_sequences_keep_the_budget_invariants(record_property, caps
 
     @settings(
         max_examples=MAX_EXAMPLES,
-        derandomize=True,  # deterministic: same sequences on every run
+        # The same sequences on every run, however pytest is invoked: ``derandomize`` drew
+        # other sequences under another import mode, and a rare outcome's count moves a lot
+        # between draws (``blocked_by_exhausted``: 6-87 in 1 000 sequences over 8 seeds), so
+        # the thresholds below held for one invocation and not for another.
         database=None,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
+    @seed(SEED)
     @given(
         raw=raw_policies,
         is_child=children,
