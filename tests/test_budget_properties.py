@@ -365,9 +365,9 @@ def test_random_event_sequences_keep_the_budget_invariants(record_property, caps
     @settings(
         max_examples=MAX_EXAMPLES,
         # The same sequences on every run, however pytest is invoked: ``derandomize`` drew
-        # other sequences under another import mode, and a rare outcome's count moves a lot
-        # between draws (``blocked_by_exhausted``: 6-87 in 1 000 sequences over 8 seeds), so
-        # the thresholds below held for one invocation and not for another.
+        # other sequences under other pytest options (``-o addopts=""``), and a rare
+        # outcome's count moves a lot between draws (``blocked_by_exhausted``: 6-87 in 1 000
+        # sequences over 8 seeds), so the thresholds below held for one invocation only.
         database=None,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
