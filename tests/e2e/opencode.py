@@ -137,6 +137,10 @@ class OpenCodeHome:
             XDG_DATA_HOME=str(self.root / "data"),
             XDG_STATE_HOME=str(self.root / "state"),
             XDG_CACHE_HOME=str(self.root / "cache"),
+            # `opencode run` works in $PWD, not in its cwd (daemon/headless/run.py): without
+            # this, a test's headless run worked in the checkout the suite runs from, and
+            # OpenCode snapshotted that tree at every step.
+            PWD=str(self.project),
             OPENCODE_DISABLE_MODELS_FETCH="1",
             OPENCODE_DISABLE_AUTOUPDATE="1",
             OPENCODE_DISABLE_SHARE="1",

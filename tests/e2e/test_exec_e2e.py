@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -93,6 +94,18 @@ def run_exec(opencode_bin: Path, opencode_home, home: Path, socket: Path, *args:
 
 def model_requests(provider) -> list[Any]:
     return provider.requests()  # title requests excluded
+
+
+def session_directory(opencode_home, session_id: str) -> str:
+    """The directory OpenCode recorded for the session (its DB, read only)."""
+    db = opencode_home.data_dir / "opencode.db"
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10.0)
+    try:
+        row = conn.execute("SELECT directory FROM session WHERE id = ?", (session_id,)).fetchone()
+    finally:
+        conn.close()
+    assert row is not None, f"session {session_id} is not in OpenCode's DB"
+    return str(row[0])
 
 
 def one_session(result: ExecResult) -> str:
@@ -186,6 +199,8 @@ def test_autoretry_off_sends_nothing(opencode_bin, opencode_home, faults, exec_h
     assert result.status == 0  # `opencode run`'s own status for a blank reply
     assert len(model_requests(faults)) == 1 and result.injections() == []
     assert [d.reason for d in result.decisions()] == ["skip: autoretry is off"]
+    # The run worked in the test's project, not in the checkout the suite runs from.
+    assert session_directory(opencode_home, one_session(result)) == str(opencode_home.project)
 
 
 def test_a_subagents_failure_is_left_to_its_parent(opencode_bin, opencode_home, faults,
