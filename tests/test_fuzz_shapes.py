@@ -37,7 +37,8 @@ def _valid(message: Message) -> None:
     assert isinstance(message.time_created, datetime)
     assert message.time_completed is None or isinstance(message.time_completed, datetime)
     assert isinstance(message.tokens.output, int)
-    for built in (message, message.tokens, *message.parts):
+    error = [message.error] if message.error is not None else []
+    for built in (message, message.tokens, *error, *message.parts):
         _as_constructed(built)
 
 
@@ -67,6 +68,9 @@ def test_parse_error(raw: object) -> None:
     tried("parse_error")
     error = shapes.parse_error(raw)
     assert error is None or isinstance(error.message, str)
+    if isinstance(raw, dict) and raw:
+        assert error is not None
+        _as_constructed(error)
 
 
 @settings(FUZZ, max_examples=100)
