@@ -272,6 +272,8 @@ CATALOGUE_CASES = [
     ("end_turn alias", turn(step(ANSWER, finish="end_turn")), Kind.HEALTHY),
     ("max_tokens alias", turn(step(finish="max_tokens", out=0)), Kind.FORGED_LENGTH),
     ("tool_use alias", turn(step(tool(), finish="tool_use")), Kind.RUNNING),
+    ("finish in capitals, spaced", turn(step(finish=" MAX_TOKENS ", out=0)), Kind.FORGED_LENGTH),
+    ("unseen finish, no text", turn(step(finish="done", out=0)), Kind.BLANK),
     ("hidden reasoning tokens", turn(step(out=50, think=50)), Kind.THINK_ONLY),
     ("output but no text", turn(step(out=50)), Kind.BLANK),
 ]  # fmt: skip

@@ -153,6 +153,9 @@ _WAITING_WORDS = {
 
 
 def _finish(step: Message) -> str | None:
+    known = _FINISH_ALIASES.get(step.finish or "")  # nearly always: called ~4 times a step
+    if known is not None:
+        return known
     raw = (step.finish or "").strip().lower()
     if not raw:
         return None
