@@ -92,6 +92,21 @@ def test_a_process_is_looked_at_once_until_its_pid_or_name_changes(proc: FakePro
     assert walker() == [ProcessInfo(21, 1, ("opencode",))]  # now a child of 21: a worker
 
 
+def test_a_process_amid_its_exec_is_looked_at_again(proc: FakeProc) -> None:
+    """The kernel names a process before its command line is readable: such a process is
+    neither listed nor kept (its command line empty for good once read would hide what it
+    runs, e.g. ``opencode models``, for its whole life)."""
+    proc.add(50, "opencode", [])
+    walker = walk(proc)
+    assert walker() == []
+    proc.add(50, "opencode", ["opencode", "models"])  # the same process, its exec done
+    assert walker() == []
+    proc.add(51, "opencode", [])
+    assert walker() == []
+    proc.add(51, "opencode", ["opencode", "serve"])
+    assert walker() == [ProcessInfo(51, 1, ("opencode", "serve"))]
+
+
 def test_an_ended_process_is_forgotten(proc: FakeProc) -> None:
     proc.add(30, "opencode", ["opencode"])
     walker = walk(proc)
@@ -107,6 +122,13 @@ def test_without_proc_the_whole_walk_runs(tmp_path: Path) -> None:
     assert ProcessWalk(tmp_path / "none", UID, lambda: listed)() == listed
 
 
+def _wait_for_command_line(pid: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not Path(f"/proc/{pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, f"pid {pid}: no command line within {timeout} s"
+        time.sleep(0.005)
+
+
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_a_real_opencode_process_is_found_as_psutil_finds_it(tmp_path: Path) -> None:
     fake = tmp_path / "opencode"
@@ -115,6 +137,7 @@ def test_a_real_opencode_process_is_found_as_psutil_finds_it(tmp_path: Path) -> 
     assert all(p.argv != (str(fake), "60") for p in walker())
     child = subprocess.Popen([str(fake), "60"])
     try:
+        _wait_for_command_line(child.pid)  # Popen returns once the exec began, not ended
         mine = [p for p in walker() if p.pid == child.pid]
         assert mine == [ProcessInfo(child.pid, os.getpid(), (str(fake), "60"))]
         assert mine == [p for p in own_opencode_processes() if p.pid == child.pid]

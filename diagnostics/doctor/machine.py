@@ -64,7 +64,7 @@ def own_opencode_processes() -> list[ProcessInfo]:
         if uids is None or uids.real != uid:
             continue
         argv = tuple(info.get("cmdline") or ())
-        if is_opencode(argv, info.get("name") or ""):
+        if argv and is_opencode(argv, info.get("name") or ""):  # none: amid exec, or a zombie
             found.append(ProcessInfo(info["pid"], info.get("ppid") or 0, argv))
     pids = {p.pid for p in found}
     return [p for p in found if p.ppid not in pids]

@@ -171,6 +171,8 @@ class ProcessWalk:
                 kept = _Seen(key, self._opencode_argv(folder, key[1]))
         except (OSError, ValueError):  # ended meanwhile, or not ours to read: as psutil skips
             return
+        if kept.argv == ():  # named OpenCode but no command line: amid its exec (the kernel
+            return  # names it first) or a zombie; not listed, and looked at again next time
         seen[pid] = kept
         if kept.argv is not None:
             found.append(ProcessInfo(pid, ppid, kept.argv))  # the ppid as it is now
