@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 import unicodedata
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -184,16 +183,25 @@ def read_config_file(path: Path) -> dict[str, Any]:
     try:
         if not path.exists():
             return {}
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
+        return _parsed_toml(path)
     except UnicodeDecodeError as exc:  # found by fuzzing: a traceback, not an error line
         raise SettingsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     except RecursionError as exc:
         raise SettingsError(f"{path}: not valid TOML: nested too deeply") from exc
     except OSError as exc:  # also a name too long (found by fuzzing the CLI)
         raise SettingsError(f"{str(path)[:200]}: cannot read: {str(exc)[:200]}") from exc
+
+
+def _parsed_toml(path: Path) -> dict[str, Any]:
+    # Imported only for a config file: tomllib compiles its patterns on import, and a report
+    # run with no config file (the default) never parses one (issue 21).
+    import tomllib
+
+    with path.open("rb") as handle:
+        try:
+            return tomllib.load(handle)
+        except tomllib.TOMLDecodeError as exc:
+            raise SettingsError(f"{path}: not valid TOML: {exc}") from exc
 
 
 def _from_file(table: Mapping[str, Any], origin: str) -> dict[str, object]:

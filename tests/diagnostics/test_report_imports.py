@@ -45,6 +45,7 @@ NEVER = (
     "opencode_autoretry.daemon.setup",
     "opencode_autoretry.daemon.headless.command",
     "opencode_autoretry.plugin_bridge.commands",
+    "tomllib",  # the probes run with no config file: nothing to parse
 )
 #: What ``diagnose`` on a warm index does not use: the classifier and its patterns (steps were
 #: classified when the index was built), HTTP-date parsing (``retry_hint``'s, by way of the
