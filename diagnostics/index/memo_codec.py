@@ -16,7 +16,6 @@ entries written by an older version still read).
 from __future__ import annotations
 
 import marshal
-import pickle
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -42,12 +41,16 @@ def encode(value: Any) -> bytes:
             return _FLAT + marshal.dumps(_items(value))
         except (_NotFlat, ValueError, TypeError):  # TypeError: an unhashable opener
             pass
+    import pickle  # here only: a warm diagnose reads flat entries alone (issue 21)
+
     return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def decode(blob: bytes) -> Any:
     if blob[:1] == _FLAT:
         return _Decoder().items(marshal.loads(blob[1:]))
+    import pickle  # trace's triggers, with their parts; entries of older versions
+
     return pickle.loads(blob)
 
 

@@ -49,9 +49,10 @@ NEVER = (
 )
 #: What ``diagnose`` on a warm index does not use: the classifier and its patterns (steps were
 #: classified when the index was built), HTTP-date parsing (``retry_hint``'s, by way of the
-#: classifier). ``trace`` still classifies the steps its continuations answered.
+#: classifier), pickle (its remembered steps are flat, memo_codec.py). ``trace`` still
+#: classifies the steps its continuations answered.
 WARM_INDEX = ("opencode_autoretry.decisions.classifier",
-              "opencode_autoretry.decisions.retry_hint")
+              "opencode_autoretry.decisions.retry_hint", "pickle")
 #: What only a scan or an index build uses (their worker threads, the background build's
 #: log): a report from a warm index starts neither.
 SCAN_ONLY = ("concurrent.futures", "logging")
