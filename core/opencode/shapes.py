@@ -62,7 +62,7 @@ _MAX_MS = 253_402_300_799_999
 def _at(epoch_ms: object) -> datetime:
     """Clamped to 1970..9999: a corrupt row must not stop the reader (found by fuzzing)."""
     if type(epoch_ms) is int and 0 <= epoch_ms <= _MAX_MS:  # nearly always (~150 000 a
-        return EPOCH + timedelta(0, 0, 0, epoch_ms)  # first report): no clamp, 1.9 -> 1.2 us
+        return EPOCH + timedelta(0, 0, 0, epoch_ms)  # first report): no clamp, 1.9 -> 1.3 us
     ms = min(max(_int(epoch_ms), 0), _MAX_MS)
     return EPOCH + timedelta(0, 0, 0, ms)  # milliseconds, positional: ~25 % quicker
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from fake_faults import install as install_faults
 from fake_provider import NORMAL_TEXT
 from fake_unattended import install as install_unattended
 
+from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import StoreView
 
 pytestmark = pytest.mark.e2e
@@ -97,15 +97,14 @@ def model_requests(provider) -> list[Any]:
 
 
 def session_directory(opencode_home, session_id: str) -> str:
-    """The directory OpenCode recorded for the session (its DB, read only)."""
-    db = opencode_home.data_dir / "opencode.db"
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10.0)
+    """The directory OpenCode recorded for the session (read as the daemon reads it)."""
+    db = OpenCodeDB.open(opencode_home.data_dir / "opencode.db")
     try:
-        row = conn.execute("SELECT directory FROM session WHERE id = ?", (session_id,)).fetchone()
+        session = db.session(session_id)
     finally:
-        conn.close()
-    assert row is not None, f"session {session_id} is not in OpenCode's DB"
-    return str(row[0])
+        db.close()
+    assert session is not None, f"session {session_id} is not in OpenCode's DB"
+    return session.directory
 
 
 def one_session(result: ExecResult) -> str:
