@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from opencode_autoretry.cli import process_end
 from opencode_autoretry.cli.args import DAYS, days_or_none, utf8_text
 from opencode_autoretry.clock import SystemClock
 from opencode_autoretry.config import paths
@@ -157,6 +158,7 @@ def diagnose(
     app: AppContext, days: int, limit: int, as_json: bool, rebuild_index: bool, no_index: bool
 ) -> None:
     """Health check plus every abnormal step of the last DAYS days (0 = all)."""
+    process_end.end_without_teardown()  # a read-only report: nothing to tear down
     from opencode_autoretry.diagnostics.diagnose import (
         build_diagnose,
         diagnose_json,
@@ -182,6 +184,7 @@ def diagnose(
             progress=progress,
             memo=index.memo if index else None,
         )
+    process_end.leave(report)
     save(index)
     style = Style.for_stream()
     if not as_json:  # issue 11: doctor's summary line first (--json has no use for it)
@@ -226,6 +229,7 @@ def doctor_line(app: AppContext, settings: Settings, beat: Heartbeat | None) -> 
 @click.pass_obj
 def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | None) -> None:
     """One session's steps, parts and the daemon's decisions (id, id prefix or slug)."""
+    process_end.end_without_teardown()
     if as_json and html_file is not None:
         raise click.UsageError("--json and --html are exclusive")
 
@@ -242,6 +246,7 @@ def timeline(app: AppContext, session: str, as_json: bool, html_file: Path | Non
         records = with_children(records_from(settings.store, found.id), settings.store, db,
                                 found.id)
         report = build_timeline(db, found, records, now=now)
+        process_end.leave(report)
         if html_file is not None:
             from opencode_autoretry.diagnostics.timeline.page import timeline_html
 
@@ -270,12 +275,14 @@ def write_page(target: Path, page: str) -> None:
 @click.pass_obj
 def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
     """The 10 newest errored steps, or at most 5 whose error contains KEYWORD."""
+    process_end.end_without_teardown()
     from opencode_autoretry.diagnostics.errors import build_errors, errors_json, render_errors
     from opencode_autoretry.diagnostics.render import Style, for_terminal
 
     settings, now = app.settings(), SystemClock().now()
     with opened(settings.opencode_db) as db:
         report = build_errors(db, keyword, now=now)
+    process_end.leave(report)
     style = Style.for_stream()
     click.echo(errors_json(report) if as_json
                else for_terminal(render_errors(report, style), style))
@@ -288,6 +295,7 @@ def errors(app: AppContext, keyword: str | None, as_json: bool) -> None:
 @click.pass_obj
 def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_index: bool) -> None:
     """Each continuation with its trigger and outcome, and the decisions not to act."""
+    process_end.end_without_teardown()
     from opencode_autoretry.diagnostics.index.report_index import save
     from opencode_autoretry.diagnostics.render import Style, for_terminal
     from opencode_autoretry.diagnostics.trace.report import build_trace, render_trace, trace_json
@@ -307,6 +315,7 @@ def trace(app: AppContext, scope: str, as_json: bool, rebuild_index: bool, no_in
             db, records, now=now, since=since, days=days, session_id=sid, memo=memo,
             rendered=True,  # the index's kept continuations, for the text and --json
         )
+    process_end.leave(report)
     save(index)
     style = Style.for_stream()
     click.echo(trace_json(report) if as_json else for_terminal(render_trace(report, style), style))

@@ -40,6 +40,7 @@ from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from opencode_autoretry.cli.process_end import leave
 from opencode_autoretry.diagnostics.index.session_digest import Key, LazyFindings, LightPart
 from opencode_autoretry.diagnostics.records import DaemonRecords
 from opencode_autoretry.diagnostics.render import (
@@ -295,6 +296,9 @@ def build_diagnose(
         found += classify_rows(
             db, list(extra.values()), now=now, runaway_steps=runaway_steps, lean=True, memo=memo
         )
+    # The scanned rows (the futures hold them) and every step classified, the normal ones
+    # too: a report's process ends without freeing them (cli/process_end.py: ~0.25 s here).
+    leave(batches, markup, found, extra, seen)
     found = relabel_daemon_aborts(found, records)
     with paused_gc():  # the summary allocates per failed step; the heap holds all of them
         return _report(
