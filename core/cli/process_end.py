@@ -14,9 +14,11 @@ and stderr and ends the process with ``os._exit``: the kernel takes the memory b
 Only the read-only reports say so; nothing of theirs waits for a clean shutdown: the report
 index and doctor's kept line are committed or renamed into place before the output, their
 worker threads are joined, the background index build is started (detached) when the
-command's context closes, before click raises its ``SystemExit``, and no ``atexit`` handler is
-theirs. Anywhere else (click's test runner, the daemon's index keeper, a test calling a
-report's builder) ``leave`` keeps nothing and the process ends as usual.
+command's context closes, before click raises its ``SystemExit``, and the exit handlers their
+imports register have nothing left to do (``logging``'s flush: no handler is configured;
+``concurrent.futures``' join: the scan's pool is shut down). Anywhere else (click's test
+runner, the daemon's index keeper, a test calling a report's builder) ``leave`` keeps nothing
+and the process ends as usual.
 """
 
 from __future__ import annotations
