@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 E2E = ROOT / "tests" / "e2e"
 README = ROOT / "bench" / "README.md"
 SECTION = "## Daemon"
-sys.path.insert(0, str(E2E))
+sys.path[:0] = [str(E2E), str(ROOT / "tests")]  # the fake provider's server: tests/
 
 from daemon_process import DaemonProcess, wait_until  # noqa: E402
 from fake_provider import RESPONDERS, FakeProvider, _chunk, _usage  # noqa: E402

@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+sys.path.insert(0, str(ROOT / "tests"))  # the fake provider's server
 sys.path.insert(0, str(ROOT / "bench"))
 
 from daemon_harness import machine_note, remove, scratch, warm_up  # noqa: E402

@@ -12,8 +12,10 @@ import json
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback_http import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,7 @@ class WebhookSink:
         self._received: list[Received] = []
         self._cond = threading.Condition()
         self._release = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
+        self._server = LoopbackServer(self._handler())
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 
     @property

@@ -7,9 +7,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
+from loopback_http import LoopbackServer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
@@ -85,8 +86,7 @@ def _handler(received: Received, hold: bool) -> type[BaseHTTPRequestHandler]:
 def serve(hold: bool = False) -> Iterator[tuple[str, Received]]:
     """(the endpoint, what arrived) while the receiver runs; stopped afterwards."""
     received = Received()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(received, hold))
-    server.daemon_threads = True
+    server = LoopbackServer(_handler(received, hold))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -31,8 +31,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from loopback_http import LoopbackServer
 
 MARKER = re.compile(r"\[\[s:([a-z0-9_]+)(?::([a-z0-9_.]+))?\]\]")
 SMALL_MODEL = "fake-small"
@@ -147,8 +149,7 @@ class FakeProvider:
         self.responders: dict[str, Callable[[Any, str, threading.Event], None]] = {}
         self._cond = threading.Condition()
         self._release = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = LoopbackServer(self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property
