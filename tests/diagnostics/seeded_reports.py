@@ -4,6 +4,7 @@ them to the tests are in conftest.py."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -154,3 +155,27 @@ def seed(tmp: Path) -> Seeded:
     store.close()
     seeded.rows = rows  # type: ignore[attr-defined]  # kept open: -wal and -shm stay, like a live OpenCode
     return seeded
+
+
+def closed_seed(tmp: Path) -> Seeded:
+    """The seeded DB, closed as OpenCode leaves it between writes, for reports run as processes
+    (an open writer keeps a write-ahead log the report index would catch up with every run)."""
+    found = seed(tmp)
+    found.rows.close()  # type: ignore[attr-defined]
+    return found
+
+
+def probe_env(home: Path) -> dict[str, str]:
+    """What a report process sees of the user's set-up: UTC, no colour, ``home`` with no
+    config file (so no bridge installed and the default settings)."""
+    return {"TZ": "UTC", "NO_COLOR": "1", "HOME": str(home),
+            "XDG_CONFIG_HOME": str(home / "config"),
+            "AUTORETRY_CONFIG": str(home / "no-config.toml")}
+
+
+def process_env(home: Path) -> dict[str, str]:
+    """This process's environment without autoretry's and OpenCode's variables, plus
+    ``probe_env(home)``: the environment a report run as a process gets."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTORETRY_", "OPENCODE_"))}
+    env.update(probe_env(home))
+    return env

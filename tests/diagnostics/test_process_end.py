@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from seeded_reports import Seeded, seed
+from seeded_reports import Seeded, closed_seed, process_env
 
 from opencode_autoretry.cli import process_end
 
@@ -41,21 +41,17 @@ else:
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
-    found = seed(tmp_path_factory.mktemp("oc"))
-    found.rows.close()  # type: ignore[attr-defined]
-    return found
+    """The seeded DB closed (the shared fixture keeps its writer open)."""
+    return closed_seed(tmp_path_factory.mktemp("oc"))
 
 
 def _run(
     seeded: Seeded, home: Path, entry: str, args: Sequence[str]
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTORETRY_", "OPENCODE_"))}
-    env.update(TZ="UTC", NO_COLOR="1", HOME=str(home), XDG_CONFIG_HOME=str(home / "config"),
-               AUTORETRY_CONFIG=str(home / "no-config.toml"))
     return subprocess.run(
         [sys.executable, "-c", PROBE, entry, "--db", str(seeded.db), "--store", str(seeded.store),
          *args],
-        capture_output=True, text=True, timeout=120, env=env, check=False,
+        capture_output=True, text=True, timeout=120, env=process_env(home), check=False,
     )
 
 

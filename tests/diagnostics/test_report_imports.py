@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from seeded_reports import Seeded, seed
+from seeded_reports import Seeded, closed_seed, probe_env, process_env
 
 #: What no report uses: the todo judge and its ~60 patterns (only the daemon judges todos).
 TODO_JUDGE = ("opencode_autoretry.todos.continuation", "opencode_autoretry.todos.reply_intent")
@@ -91,18 +91,10 @@ def has(*lines: str) -> Callable[[str], bool]:
     return lambda out: all(line in out for line in lines)
 
 
-def probe_env(home: Path) -> dict[str, str]:
-    return {"TZ": "UTC", "NO_COLOR": "1", "HOME": str(home),
-            "XDG_CONFIG_HOME": str(home / "config"),
-            "AUTORETRY_CONFIG": str(home / "no-config.toml")}
-
-
 def run_probe(
     seeded: Seeded, home: Path, args: Sequence[str], store: Path | None = None
 ) -> tuple[str, list[str]]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AUTORETRY_", "OPENCODE_"))}
-    env.update(probe_env(home))
+    env = process_env(home)
     done = subprocess.run(
         [sys.executable, "-c", PROBE, "--db", str(seeded.db), "--store",
          str(store or seeded.store), *args],
@@ -146,11 +138,8 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def seeded(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
-    """The seeded DB, closed as OpenCode leaves it between writes (the shared fixture keeps
-    its writer open, and the index would catch up with its write-ahead log on every run)."""
-    found = seed(tmp_path_factory.mktemp("oc"))
-    found.rows.close()  # type: ignore[attr-defined]
-    return found
+    """The seeded DB closed (the shared fixture keeps its writer open)."""
+    return closed_seed(tmp_path_factory.mktemp("oc"))
 
 
 @pytest.fixture(scope="module")
