@@ -468,12 +468,20 @@ export class Bridge {
   }
 
   close() {
+    // `opencode run` disposes its plugins as soon as its session has ended and then exits:
+    // the lines still queued (that very end: the idle status, the session's error) are
+    // written now, and end() lets the written ones reach the daemon, where destroy() dropped
+    // them (the daemon saw a headless run's failure only when the process lingered).
+    try {
+      this.deltas.flush()
+      this.flush()
+    } catch {}
     this.closed = true
     this.wakeReadyWaiters(false)
     clearInterval(this.statsTimer)
     if (this.timer) clearTimeout(this.timer)
     try {
-      this.socket?.destroy()
+      this.socket?.end()
     } catch {}
     this.socket = null
     this.connected = false

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_process import FAST_CONFIG
+from daemon_process import FAST_CONFIG, wait_until
 from fake_exec import install as install_exec_faults
 from fake_faults import install as install_faults
 from fake_provider import NORMAL_TEXT
 from fake_unattended import install as install_unattended
 
+from opencode_autoretry.causes import Cause
 from opencode_autoretry.opencode.db import OpenCodeDB
 from opencode_autoretry.store.database import StoreView
 
@@ -239,8 +240,14 @@ def test_with_the_daemon_running_each_failure_is_continued_once(
     session_id = one_session(result)
     assert [r.behaviour for r in model_requests(faults)] == [
         "blank", "http400_disconnect", "normal"]
-    # The daemon saw both failures through the runs' bridges and left them to exec.
-    running.wait_log(f"{session_id}: {HEADLESS_SKIP}", 30)
+    # The daemon saw both failures through the runs' bridges and left them to exec: each run
+    # exits right after its turn ends, and its bridge still delivers that end.
+    def skipped() -> list[str]:
+        return sorted({d.kind or "" for d in result.decisions() if d.cause is Cause.HEADLESS})
+
+    wait_until(lambda: skipped() == ["blank", "disconnect"], 30,
+               "the daemon's skip of both failed runs")
+    running.wait_log(f"{session_id}: {HEADLESS_SKIP}", 5)
     injections = result.injections()
     assert len(injections) == 2 and {i.state for i in injections} == {"confirmed"}
     sends = [d for d in result.decisions() if d.action in ("inject", "inject_at")]

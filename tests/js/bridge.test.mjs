@@ -389,3 +389,27 @@ test("deltas of a part reach the daemon joined, and before any later line", asyn
     await daemon.close()
   }
 })
+
+// `opencode run` disposes its plugins right after its session ends, then exits: the end itself
+// (the error, the idle) was still queued and a destroyed socket dropped it (a CI run's daemon
+// never saw a headless run's failure).
+test("what was forwarded just before the plugin is disposed still reaches the daemon", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const hooks = await hooksOn(daemon.path, fakeClient())
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    const ended = new Promise((resolve) => daemon.conns.at(-1).on("end", resolve))
+    const part = { type: "message.part.delta", properties: { sessionID: "s", messageID: "m", partID: "p", field: "text", delta: "held" } }
+    await hooks.event({ event: part })
+    await hooks.event({ event: { type: "session.error", properties: { sessionID: "s", error: { name: "APIError" } } } })
+    await hooks.event({ event: { type: "session.idle", properties: { sessionID: "s" } } })
+    await hooks.dispose()
+    await Promise.race([ended, deadline(5000, "the bridge to end its connection")])
+    const events = daemon.lines.filter((l) => l.type === "event").map((l) => l.event.type)
+    assert.deepEqual(events, ["message.part.delta", "session.error", "session.idle"])
+  } finally {
+    await hooks.dispose()
+    await daemon.close()
+  }
+})
