@@ -296,6 +296,7 @@ export class Bridge {
 
   /** @param {string} chunk */
   onData(chunk) {
+    if (this.closed) return // disposed: see endSocket
     const { lines, oversize } = this.buffer.feed(chunk)
     this.unknown += oversize
     for (const line of lines) this.handleLine(line)
@@ -468,24 +469,35 @@ export class Bridge {
   }
 
   close() {
-    // `opencode run` disposes its plugins as soon as its session has ended and then exits:
-    // the lines still queued (that very end: the idle status, the session's error) are
-    // written now, and end() lets the written ones reach the daemon, where destroy() dropped
-    // them (the daemon saw a headless run's failure only when the process lingered).
-    try {
-      this.deltas.flush()
-      this.flush()
-    } catch {}
     this.closed = true
     this.wakeReadyWaiters(false)
     clearInterval(this.statsTimer)
     if (this.timer) clearTimeout(this.timer)
-    try {
-      this.socket?.end()
-    } catch {}
+    this.endSocket()
     this.socket = null
     this.connected = false
     this.ready = false
+  }
+
+  // `opencode run` disposes its plugins as soon as its session has ended, then exits: the
+  // lines still queued (that very end: the idle status, the session's error) are written now,
+  // and end() lets the written ones reach the daemon, where destroy() dropped them (a CI
+  // run's daemon never saw a headless run's failure). Nothing is read after this
+  // (`onData`): a shutting-down OpenCode takes no prompt.
+  endSocket() {
+    const socket = this.socket
+    if (!socket) return
+    try {
+      if (!this.ready) { // no hello written: nothing of ours to deliver
+        socket.destroy()
+        return
+      }
+      this.deltas.flush()
+      this.flush()
+      socket.end()
+    } catch {
+      socket.destroy()
+    }
   }
 }
 

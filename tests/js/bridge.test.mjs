@@ -413,3 +413,23 @@ test("what was forwarded just before the plugin is disposed still reaches the da
     await daemon.close()
   }
 })
+
+test("a disposed bridge takes no prompt from the daemon while its connection winds down", async () => {
+  const daemon = new FakeDaemon(freshPath())
+  await daemon.listen()
+  const client = fakeClient({ sessions: { ses_root: { id: "ses_root" } } })
+  const hooks = await hooksOn(daemon.path, client)
+  try {
+    await daemon.waitFor((l) => l.type === "hello", "hello")
+    const closed = new Promise((resolve) => daemon.conns.at(-1).on("close", resolve))
+    await hooks.dispose()
+    // Written before the daemon's side sees the bridge's end (and ends too, as a socket that
+    // is not half-open does): the bridge has it before the connection closes.
+    daemon.write({ type: "prompt", id: "r-1", session_id: "ses_root", text: "Continue." })
+    await Promise.race([closed, deadline(5000, "the connection to close")])
+    await new Promise((resolve) => setImmediate(resolve))
+    assert.deepEqual(client.calls.filter(([name]) => name === "get" || name === "promptAsync"), [])
+  } finally {
+    await daemon.close()
+  }
+})
