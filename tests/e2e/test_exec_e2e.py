@@ -254,6 +254,35 @@ def test_with_the_daemon_running_each_failure_is_continued_once(
     assert len(sends) == 2, [d.reason for d in result.decisions()]
 
 
+def test_a_plain_runs_failure_is_judged_and_nothing_runs_in_the_exiting_opencode(
+    opencode_bin, opencode_home, faults, socket_path, daemon
+):
+    """A plain ``opencode run`` (no exec) exits as soon as its turn ends: its bridge still
+    delivers that end, so the daemon judges it, and reads nothing more, so the continuation
+    decided for it never runs in the OpenCode that is going away (it waits for the session's
+    next owner, and fails after 90 s without one)."""
+    running = daemon()
+    faults.script(["blank"])
+    plain = subprocess.run(
+        [str(opencode_bin), "run", "say hello"], cwd=opencode_home.project,
+        env=opencode_home.env(AUTORETRY_SOCKET=str(socket_path)), capture_output=True,
+        timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert plain.returncode == 0, plain.stderr
+    closed = running.wait_log("lost its owner (bridge", 30)
+    session_id = closed.split("session ", 1)[1].split()[0]
+    store = ExecResult(0, "", "", running.home / "autoretry.db", 0)
+    assert [(d.action, d.kind) for d in store.decisions()] == [("inject", "blank")]
+    # Waiting for an owner (its write broke), or written into the closing socket unread.
+    assert [i.state for i in store.injections()] in (["intent"], ["sent"])
+    db = OpenCodeDB.open(opencode_home.data_dir / "opencode.db")
+    try:
+        assert db.injected_messages(session_id) == []
+    finally:
+        db.close()
+    assert [r.behaviour for r in model_requests(faults)] == ["blank"]
+
+
 @pytest.mark.skipif(not os.environ.get("AUTORETRY_E2E_MEASURE"),
                     reason="a measurement (three more runs): AUTORETRY_E2E_MEASURE=1")
 def test_exec_overhead_per_continuation(opencode_bin, opencode_home, faults, exec_home,
